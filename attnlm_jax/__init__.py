@@ -1,0 +1,1 @@
+"""attnlm_jax: attentive LSTM language models in JAX."""

@@ -1,0 +1,287 @@
+"""The attentive LSTM language models: init, apply, and incremental decoding.
+
+A model is an embedding E [V, H] tied to the softmax, a stack of LSTM layers, an optional
+attention over a memory of the last layer's past outputs (`scores.py`, `memory.py`) and an
+output layer (`heads.py`):
+
+    x_t = E[w_t];  h_t = LSTM(x_t, ...);  c_t = attend(h_t, [h_0 = 0, h_1 .. h_{t-1}])
+    h'_t = head(h_t, c_t);  p(w_{t+1} | w_1..t) = softmax(h'_t E^T + b)
+
+Dropout (Zaremba et al. 2015) is on the non-recurrent connections only: the embeddings, the
+inputs of layers 2.., and the last layer's output; the memory stores h_t before dropout.
+
+Two forms compute the same function:
+- "scan": one `lax.scan` over time whose carry holds every layer's (h, c) and the memory
+  buffer; each step reads the memory, then writes h_t. `step` runs this step one token at a
+  time, for scoring and generation.
+- "parallel": every layer scanned on its own with its input projection hoisted out of the
+  loop as one matmul, then the attention of all steps at once as one masked batched matmul.
+  It applies because these models' context feeds only the output layer, not the recurrence.
+"""
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from attnlm_jax import heads
+from attnlm_jax import lstm
+from attnlm_jax import memory as memory_lib
+from attnlm_jax import nn
+from attnlm_jax import scores
+from attnlm_jax.errors import ConfigError
+
+SCORE_FUNCTIONS = scores.SCORE_FUNCTIONS
+ATTENTION_FORMS = ("parallel", "scan")
+COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+STATS = "batch_stats"
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The model section of a config, with the PTB medium recipe's values."""
+  config = ml_collections.ConfigDict()
+  config.vocab_size = 0           # Vocabulary size; 0 = taken from the data's vocabulary.
+  config.hidden_size = 650        # LSTM units = embedding size (tied to the softmax).
+  config.num_layers = 2           # Stacked LSTM layers.
+  config.dropout = 0.5            # Dropout on embeddings, between layers and on the output.
+  config.score = "single"         # Attention score: one of scores.SCORE_FUNCTIONS.
+  config.max_len = 35             # Memory buffer slots in training (= training truncation).
+  config.zero_slot = True         # Keep the always-valid zero state h_0 = 0 in the memory.
+  config.forget_bias = 0.0        # Initial forget-gate bias (1.0 for the averaging LM).
+  config.init_scale = 0.05        # Weights start U(-init_scale, init_scale); biases 0.
+  config.attention_form = "parallel"  # "parallel" (fast) or "scan" (reference) in apply().
+  config.compute_dtype = "float32"    # Matmul input dtype: "float32" or "bfloat16".
+  config.unroll = 1               # lax.scan unroll factor.
+  return config
+
+
+class DecodeState(NamedTuple):
+  """What `step` carries from one token to the next."""
+  lstm: tuple          # one lstm.LSTMState per layer
+  memory: memory_lib.Memory
+
+
+def validate(config) -> None:
+  """Raises ConfigError for a config the models cannot run."""
+  scores.get(config.score)
+  if config.attention_form not in ATTENTION_FORMS:
+    raise ConfigError(f"unknown attention_form {config.attention_form!r} "
+                      f"(config.model.attention_form); choose one of: {', '.join(ATTENTION_FORMS)}")
+  if config.compute_dtype not in COMPUTE_DTYPES:
+    raise ConfigError(f"unknown compute_dtype {config.compute_dtype!r} "
+                      f"(config.model.compute_dtype); choose one of: {', '.join(COMPUTE_DTYPES)}")
+  for field in ("vocab_size", "hidden_size", "num_layers", "max_len"):
+    if config[field] < 1 + (field == "max_len"):
+      raise ConfigError(f"config.model.{field} = {config[field]} is too small")
+  if not 0.0 <= config.dropout < 1.0:
+    raise ConfigError(f"config.model.dropout = {config.dropout} must be in [0, 1)")
+
+
+def init(rng: jax.Array, config) -> dict:
+  """Parameters: U(-init_scale, init_scale) weights, zero biases (papers' initialisation)."""
+  validate(config)
+  score = scores.get(config.score)
+  head = heads.HEADS[score.head]
+  hidden = config.hidden_size
+  rng_embed, rng_lstm, rng_score, rng_head = jax.random.split(rng, 4)
+  params = {
+      "embed": nn.uniform_init(rng_embed, (config.vocab_size, hidden), config.init_scale),
+      "lstm": [lstm.init_layer(key, hidden, hidden, config.init_scale, config.forget_bias)
+               for key in jax.random.split(rng_lstm, config.num_layers)],
+      "out_bias": jnp.zeros((config.vocab_size,), jnp.float32),
+  }
+  sizes = {"H": hidden, "S": config.max_len - 1}
+  if score.params:
+    params["score"] = _init_from_spec(rng_score, score.params, sizes, config.init_scale)
+  if head.params:
+    params["head"] = _init_from_spec(rng_head, head.params, sizes, config.init_scale)
+  if head.has_stats:
+    params[STATS] = heads.init_stats(hidden)
+  return params
+
+
+def _init_from_spec(rng, spec: dict, sizes: dict, init_scale: float) -> dict:
+  """Initialises {name: (shape symbols, initialiser)} (see `scores.Score`)."""
+  params = {}
+  for key, (name, (symbols, kind)) in zip(jax.random.split(rng, len(spec)), spec.items()):
+    shape = tuple(sizes[s] for s in symbols)
+    params[name] = {
+        "uniform": lambda k, s: nn.uniform_init(k, s, init_scale),
+        "xavier": nn.xavier_init,
+        "zeros": lambda k, s: jnp.zeros(s, jnp.float32),
+        "ones": lambda k, s: jnp.ones(s, jnp.float32),
+    }[kind](key, shape)
+  return params
+
+
+def trainable(params: dict) -> dict:
+  """The parameters that gradients update (everything but the batch-norm statistics)."""
+  return {k: v for k, v in params.items() if k != STATS}
+
+
+def count_params(params: dict) -> int:
+  """Number of trainable scalars."""
+  return int(sum(np.prod(x.shape) for x in jax.tree.leaves(trainable(params))))
+
+
+class _Dropout(NamedTuple):
+  """Dropout multipliers for a whole batch, time-major: embed/output [T, B, H], between
+  [num_layers - 1, T, B, H]. Drawn once, outside any scan, so both forms see the same."""
+  embed: jax.Array
+  between: jax.Array
+  output: jax.Array
+
+
+def _dropout(rng, config, num_steps: int, batch_size: int) -> _Dropout:
+  shape = (num_steps, batch_size, config.hidden_size)
+  rng_embed, rng_between, rng_output = jax.random.split(rng, 3)
+  return _Dropout(
+      nn.dropout_mask(rng_embed, config.dropout, shape),
+      nn.dropout_mask(rng_between, config.dropout, (config.num_layers - 1, *shape)),
+      nn.dropout_mask(rng_output, config.dropout, shape))
+
+
+def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train: bool = False,
+          rng: Optional[jax.Array] = None, return_attention: bool = False,
+          mutable: bool = False):
+  """Next-token logits [B, T, V] for input tokens [B, T] (int32) with `lengths` [B].
+
+  return_attention: also return the attention weights [B, T, L] (L = T slots).
+  mutable: return (outputs, updates), `updates` to merge into params as {**params, **updates}
+    (the new batch-norm statistics of training mode; empty otherwise).
+  train: dropout on (needs `rng`) and batch-norm batch statistics.
+  """
+  validate(config)
+  score = scores.get(config.score)
+  if return_attention and score.attend is None:
+    raise ConfigError(f"score {config.score!r} has no attention weights to return")
+  if train and config.dropout > 0 and rng is None:
+    raise ValueError("apply(train=True) needs an rng for dropout")
+  batch_size, num_steps = tokens.shape
+  valid = jnp.arange(num_steps)[None, :] < lengths[:, None]                    # [B, T]
+  drop = (_dropout(rng, config, num_steps, batch_size)
+          if train and config.dropout > 0 else None)
+  embedded = jnp.swapaxes(params["embed"][tokens], 0, 1)                        # [T, B, H]
+  if drop is not None:
+    embedded = embedded * drop.embed
+  forward = _parallel if config.attention_form == "parallel" else _scan
+  query, context, weights = forward(params, config, score, embedded, lengths, drop)
+  features, new_stats = _head(params, config, score, query, context, valid, train)
+  logits = _logits(params, features)
+  outputs = (logits, weights) if return_attention else logits
+  if mutable:
+    return outputs, ({STATS: new_stats} if new_stats is not None else {})
+  return outputs
+
+
+def _compute_dtype(config):
+  return COMPUTE_DTYPES[config.compute_dtype]
+
+
+def _parallel(params, config, score, embedded, lengths, drop):
+  """Layer by layer (hoisted input projections), then all steps' attention at once."""
+  cdt = _compute_dtype(config)
+  inputs = embedded
+  for depth, layer in enumerate(params["lstm"]):
+    if depth > 0 and drop is not None:
+      inputs = inputs * drop.between[depth - 1]
+    gates_x = lstm.input_gates(layer, inputs, cdt)                             # [T, B, 4H]
+    _, inputs = lstm.scan_layer(layer, gates_x, lstm.zero_state(*inputs.shape[1:]),
+                                cdt, config.unroll)
+  outputs = jnp.swapaxes(inputs, 0, 1)                                         # [B, T, H]
+  query = outputs * jnp.swapaxes(drop.output, 0, 1) if drop is not None else outputs
+  if score.attend is None:
+    return query, None, None
+  mask = memory_lib.causal_mask(lengths, outputs.shape[1], config.zero_slot)
+  context, weights = score.attend(params.get("score"), query, memory_lib.shifted(outputs),
+                                  mask, cdt)
+  return query, context, weights
+
+
+def _time_step(params, config, score, carry: DecodeState, inputs):
+  """One time step of the scan form: all layers, then read the memory, then write h_t.
+
+  inputs: (gates of the first layer's input [B, 4H], valid [B], dropout multipliers of this
+  step (between [num_layers - 1, B, H], output [B, H]) or None).
+  Returns the new carry and (query h_t after dropout, context c_t, weights a_t).
+  """
+  cdt = _compute_dtype(config)
+  gates_x, valid, drop = inputs
+  states = []
+  for depth, layer in enumerate(params["lstm"]):
+    if depth > 0:
+      below = states[-1].h if drop is None else states[-1].h * drop[0][depth - 1]
+      gates_x = lstm.input_gates(layer, below, cdt)
+    states.append(lstm.cell(layer, gates_x, carry.lstm[depth], cdt))
+  h = states[-1].h
+  query = h if drop is None else h * drop[1]
+  context = weights = None
+  if score.attend is not None:
+    context, weights = score.attend(params.get("score"), query[:, None], carry.memory.states,
+                                    carry.memory.mask[:, None], cdt)
+    context, weights = context[:, 0], weights[:, 0]
+  new_memory = memory_lib.write(carry.memory, h, valid)
+  return DecodeState(tuple(states), new_memory), (query, context, weights)
+
+
+def _scan(params, config, score, embedded, lengths, drop):
+  """The reference form: one scan over time carrying the LSTM states and the memory."""
+  num_steps, batch_size, _ = embedded.shape
+  gates_x = lstm.input_gates(params["lstm"][0], embedded, _compute_dtype(config))
+  valid = jnp.arange(num_steps)[:, None] < lengths[None, :]                    # [T, B]
+  step_drop = (drop.between.swapaxes(0, 1), drop.output) if drop is not None else None
+  carry = _initial_state(config, batch_size, capacity=num_steps)
+
+  def body(carry, inputs):
+    return _time_step(params, config, score, carry, inputs)
+
+  _, (query, context, weights) = jax.lax.scan(body, carry, (gates_x, valid, step_drop),
+                                              unroll=config.unroll)
+  batch_major = lambda x: None if x is None else jnp.swapaxes(x, 0, 1)
+  return batch_major(query), batch_major(context), batch_major(weights)
+
+
+def _head(params, config, score, query, context, valid, train):
+  """h'_t from the output layer of the score (and new batch-norm statistics in training)."""
+  head = heads.HEADS[score.head]
+  return head.apply(params.get("head"), query, context, valid=valid, stats=params.get(STATS),
+                    train=train, compute_dtype=_compute_dtype(config))
+
+
+def _logits(params, features):
+  """Tied softmax logits: h'_t E^T + b."""
+  return jnp.einsum("...h,vh->...v", features, params["embed"]) + params["out_bias"]
+
+
+def _initial_state(config, batch_size: int, capacity: int) -> DecodeState:
+  layers = tuple(lstm.zero_state(batch_size, config.hidden_size)
+                 for _ in range(config.num_layers))
+  buffer = memory_lib.empty(batch_size, capacity, config.hidden_size, config.zero_slot)
+  return DecodeState(layers, buffer)
+
+
+def init_state(params: dict, config, batch_size: int,
+               capacity: Optional[int] = None) -> DecodeState:
+  """The state before the first token: zero LSTM states and an empty memory.
+
+  capacity: memory slots (default `config.max_len`); past it the memory keeps the most
+  recent `capacity - 1` states.
+  """
+  del params
+  validate(config)
+  return _initial_state(config, batch_size, capacity or config.max_len)
+
+
+def step(params: dict, config, state: DecodeState, token: jax.Array):
+  """One token [B] (int32) in, next-token logits [B, V] out; evaluation mode."""
+  score = scores.get(config.score)
+  gates_x = lstm.input_gates(params["lstm"][0], params["embed"][token], _compute_dtype(config))
+  valid = jnp.ones(token.shape, bool)
+  state, (query, context, _) = _time_step(params, config, score, state,
+                                          (gates_x, valid, None))
+  expand = lambda x: None if x is None else x[:, None]
+  features, _ = _head(params, config, score, expand(query), expand(context),
+                      valid[:, None], train=False)
+  return _logits(params, features[:, 0]), state

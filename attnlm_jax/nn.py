@@ -1,0 +1,54 @@
+"""Numerical building blocks shared by the LSTM, the score functions and the output layers."""
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+# Large negative score for masked slots: exp() of it underflows to exactly 0 in float32.
+_MASKED_SCORE = -1e9
+
+
+def dot(x: jax.Array, w: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
+  """`x @ w` with inputs cast to `compute_dtype` and float32 accumulation and result.
+
+  With `compute_dtype=bfloat16` the matmul runs at bf16 speed on TPUs while parameters,
+  accumulation and everything downstream stay in float32.
+  """
+  return jnp.matmul(x.astype(compute_dtype), w.astype(compute_dtype),
+                    preferred_element_type=jnp.float32)
+
+
+def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
+  """Softmax over the last axis restricted to `mask`; all-masked rows give all-zero weights.
+
+  a_i = exp(e_i) / sum_{j valid} exp(e_j) for valid i, and 0 for masked i.
+  """
+  scores = jnp.where(mask, scores, _MASKED_SCORE)
+  scores = scores - jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
+  weights = jnp.exp(scores) * mask
+  return weights / jnp.maximum(jnp.sum(weights, axis=-1, keepdims=True), 1e-30)
+
+
+def masked_mean_weights(mask: jax.Array) -> jax.Array:
+  """Uniform weights over the valid slots: a_i = 1 / (number of valid slots), 0 if masked."""
+  mask = mask.astype(jnp.float32)
+  return mask / jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1.0)
+
+
+def dropout_mask(rng: jax.Array, rate: float, shape: Sequence[int]) -> jax.Array:
+  """Inverted-dropout multiplier: 0 with probability `rate`, else 1 / (1 - rate)."""
+  keep = jax.random.bernoulli(rng, 1.0 - rate, shape)
+  return keep.astype(jnp.float32) / (1.0 - rate)
+
+
+def uniform_init(rng: jax.Array, shape: Sequence[int], scale: float) -> jax.Array:
+  """U(-scale, scale), the papers' initialisation (scale 0.05)."""
+  return jax.random.uniform(rng, shape, jnp.float32, -scale, scale)
+
+
+def xavier_init(rng: jax.Array, shape: Sequence[int]) -> jax.Array:
+  """Glorot/Xavier uniform: U(-a, a), a = sqrt(6 / (fan_in + fan_out)); a vector is (1, n)."""
+  fan_in, fan_out = (1, shape[0]) if len(shape) == 1 else (shape[0], shape[-1])
+  limit = (6.0 / (fan_in + fan_out)) ** 0.5
+  return jax.random.uniform(rng, shape, jnp.float32, -limit, limit)
