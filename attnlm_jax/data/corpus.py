@@ -1,0 +1,228 @@
+"""Readers for the corpora: Penn Treebank, WikiText-2 and the embedded corpus.
+
+Each reader turns one split into a `SplitText`: tokenised sentences (without `<eos>`) and the
+document each sentence belongs to. Every file is read as UTF-8 with `\\n` or `\\r\\n` line ends
+and split into words at whitespace. The corpus-specific rules (docs/data.md has the details):
+
+- `ptb` (`ptb.{train,valid,test}.txt`): one line is one sentence and one document; blank
+  lines are skipped.
+- `wikitext2` (`wiki.{train,valid,test}.tokens`): a line is a paragraph. It is split into
+  sentences after every standalone `.`, `?` or `!` word (the word ends its sentence; words
+  after the last one form a final sentence). A heading line (`= Title =`, `= = Section = =`,
+  ...: `=` words on both ends and a blank line before and after) is one sentence of its own,
+  never split; a top-level heading (one `=` on each side) starts a new document. Blank lines
+  separate paragraphs and are not sentences.
+- `embedded`: `attnlm_jax/data/embedded/{split}.txt.gz` inside the package, one sentence per
+  line, each sentence its own document.
+
+Bad input raises `CorpusError` with a one-line message naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import importlib.resources
+import zlib
+
+from etils import epath
+
+from attnlm_jax import errors
+
+CORPORA = ("ptb", "wikitext2", "embedded")
+SPLITS = ("train", "valid", "test")
+
+# File name pattern of each on-disk layout.
+LAYOUTS = {"ptb": "ptb.{split}.txt", "wikitext2": "wiki.{split}.tokens"}
+# Words that end a WikiText-2 sentence when they stand alone.
+SENTENCE_ENDS = frozenset((".", "?", "!"))
+
+
+class CorpusError(errors.UserError, ValueError):
+  """Unusable corpus input; the message is one line naming the file and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitText:
+  """One split of a corpus as tokenised sentences.
+
+  Attributes:
+    sentences: the words of each sentence, without `<eos>`.
+    documents: the document index of each sentence (non-decreasing, from 0).
+    lines: number of lines in the source file (blank lines included), when known; the
+      README convention counts one `<eos>` per line, i.e. `words + lines` tokens.
+  """
+  sentences: list[tuple[str, ...]]
+  documents: list[int]
+  lines: int | None = dataclasses.field(default=None, compare=False)
+
+
+def embedded_dir():
+  """The package directory holding the embedded corpus files (an importlib Traversable)."""
+  return importlib.resources.files("attnlm_jax.data") / "embedded"
+
+
+def split_path(corpus: str, data_dir, split: str) -> epath.Path:
+  """The file that holds `split` of an on-disk corpus (`ptb` or `wikitext2`) in `data_dir`."""
+  return epath.Path(data_dir) / LAYOUTS[corpus].format(split=split)
+
+
+def detect(data_dir) -> str:
+  """The corpus whose layout `data_dir` holds; "embedded" when `data_dir` is empty.
+
+  Raises:
+    CorpusError: the directory is missing or holds neither layout.
+  """
+  if not str(data_dir):
+    return "embedded"
+  directory = _existing_dir(data_dir, "ptb.train.txt or wiki.train.tokens")
+  for corpus in LAYOUTS:
+    if split_path(corpus, directory, "train").is_file():
+      return corpus
+  for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
+    for corpus in LAYOUTS:
+      if split_path(corpus, sub, "train").is_file():
+        raise CorpusError(f"{directory} holds no corpus files, but {sub} holds {corpus}: "
+                          f"use --data_dir={sub}")
+  raise CorpusError(f"{directory} holds neither ptb.train.txt nor wiki.train.tokens: pass "
+                    "the --data_dir that holds them, or --corpus=embedded")
+
+
+def read_split(corpus: str, data_dir, split: str) -> SplitText:
+  """Reads one split of a corpus.
+
+  Args:
+    corpus: one of CORPORA.
+    data_dir: directory holding the corpus files (str or path; ignored for `embedded`).
+    split: one of SPLITS.
+
+  Returns:
+    The split's sentences and document indices.
+
+  Raises:
+    CorpusError: unknown corpus or split, missing directory or file, another corpus's
+      layout, an empty file, or bytes that are not UTF-8.
+  """
+  if corpus not in CORPORA:
+    raise CorpusError(f"corpus {corpus!r} is unknown: use one of {', '.join(CORPORA)}")
+  if split not in SPLITS:
+    raise CorpusError(f"split {split!r} is unknown: use one of {', '.join(SPLITS)}")
+  if corpus == "embedded":
+    name, data = _read_embedded(split)
+  else:
+    path = _find_split_file(corpus, data_dir, split)
+    name, data = str(path), path.read_bytes()
+  lines = _decode(name, data).split("\n")
+  if lines[-1] == "":
+    lines.pop()
+  lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+  if corpus == "wikitext2":
+    sentences, documents = _wikitext_sentences(lines)
+  else:
+    sentences = [tuple(words) for words in map(str.split, lines) if words]
+    documents = list(range(len(sentences)))
+  return SplitText(sentences=sentences, documents=documents, lines=len(lines))
+
+
+def _read_embedded(split: str) -> tuple[str, bytes]:
+  """Returns (name, decompressed bytes) of the embedded corpus file of `split`."""
+  resource = embedded_dir() / f"{split}.txt.gz"
+  name = str(resource)
+  if not resource.is_file():
+    raise CorpusError(f"{name} is missing from the package: generate it with "
+                      "`python -m attnlm_jax.data.grammar`")
+  try:
+    return name, gzip.decompress(resource.read_bytes())
+  except (OSError, EOFError, zlib.error) as e:
+    raise CorpusError(f"{name} is not a valid gzip file ({e}): regenerate it with "
+                      "`python -m attnlm_jax.data.grammar`") from None
+
+
+def _find_split_file(corpus: str, data_dir, split: str) -> epath.Path:
+  """Checks the directory layout and returns the split's file; CorpusError otherwise."""
+  expected = LAYOUTS[corpus].format(split="{train,valid,test}")
+  if not str(data_dir):
+    raise CorpusError(f"no data_dir given for corpus {corpus}: pass --data_dir=DIR, the "
+                      f"directory holding {expected}")
+  directory = _existing_dir(data_dir, expected)
+  path = split_path(corpus, directory, split)
+  if path.is_file():
+    return path
+  for other, pattern in LAYOUTS.items():
+    if other != corpus and (directory / pattern.format(split="train")).is_file():
+      raise CorpusError(f"{directory} holds the {other} layout "
+                        f"({pattern.format(split='*')}), not {expected}: use "
+                        f"--corpus={other}, or point --data_dir at the {corpus} files")
+  for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
+    if split_path(corpus, sub, split).is_file():
+      raise CorpusError(f"{path} not found, but {sub} holds the {corpus} files: use "
+                        f"--data_dir={sub}")
+  raise CorpusError(f"{path} not found: put the {corpus} files {expected} in {directory} "
+                    "or pass the --data_dir that holds them")
+
+
+def _existing_dir(data_dir, expected: str) -> epath.Path:
+  """`data_dir` as a path; CorpusError when it is not an existing directory."""
+  directory = epath.Path(data_dir)
+  if not directory.is_dir():
+    problem = "is a file, not a directory" if directory.exists() else "does not exist"
+    raise CorpusError(f"data directory {directory} {problem}: pass --data_dir=DIR, the "
+                      f"directory holding {expected}")
+  return directory
+
+
+def _decode(name: str, data: bytes) -> str:
+  """Decodes UTF-8, naming the first bad byte; rejects files without any words."""
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise CorpusError(f"{name}: byte 0x{data[e.start]:02x} at offset {e.start} (line "
+                      f"{line}) is not UTF-8: re-encode the file as UTF-8") from None
+  if not text.strip():
+    raise CorpusError(f"{name} is empty: replace it with the corpus file "
+                      "(one sentence or paragraph per line)")
+  return text
+
+
+def _heading_level(lines: list[list[str]], i: int) -> int:
+  """Heading level of WikiText line i (`= = Title = =` -> 2), 0 if it is not a heading.
+
+  A heading has the same number of standalone `=` on each side and blank lines around it
+  (which tells it apart from a formula line such as `= 1 m / s =` inside a paragraph).
+  """
+  words = lines[i]
+  if len(words) < 3 or words[0] != "=" or words[-1] != "=":
+    return 0
+  if (i > 0 and lines[i - 1]) or (i + 1 < len(lines) and lines[i + 1]):
+    return 0
+  level = 0
+  while level < len(words) // 2 and words[level] == "=" and words[-1 - level] == "=":
+    level += 1
+  return level
+
+
+def _wikitext_sentences(lines: list[str]) -> tuple[list[tuple[str, ...]], list[int]]:
+  """Splits WikiText lines into sentences and numbers the documents (see module doc)."""
+  lines = [line.split() for line in lines]
+  sentences, documents = [], []
+  document = 0
+  for i, words in enumerate(lines):
+    if not words:
+      continue
+    level = _heading_level(lines, i)
+    if level:
+      if level == 1 and sentences:
+        document += 1
+      sentences.append(tuple(words))
+      documents.append(document)
+      continue
+    ends = [j + 1 for j, w in enumerate(words) if w in SENTENCE_ENDS]
+    if not ends or ends[-1] != len(words):
+      ends.append(len(words))
+    start = 0
+    for end in ends:
+      sentences.append(tuple(words[start:end]))
+      documents.append(document)
+      start = end
+  return sentences, documents

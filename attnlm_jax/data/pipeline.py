@@ -1,0 +1,189 @@
+"""The dataset facade: `load(config.data)` -> `LMData` (vocabulary, training and eval batches).
+
+Splits are read once (from the text files, or through the TFDS builders with
+`source="tfds"`), encoded to one flat int32 token stream each and cached. Training batches
+come from a grain iterator over the epoch's batch plan (see `batching`), so the iterator state
+can be checkpointed and a resumed run continues on the exact next batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from typing import Callable, Iterator
+
+import grain
+import ml_collections
+import numpy as np
+
+from attnlm_jax.data import batching
+from attnlm_jax.data import corpus as corpus_lib
+from attnlm_jax.data.corpus import CorpusError, SplitText
+from attnlm_jax.data.vocab import EOS_ID, Vocabulary
+
+SOURCES = ("text", "tfds")
+SPANS = ("sentence", "document")
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedSplit:
+  """One split as a token stream.
+
+  Attributes:
+    tokens: int32 stream, each sentence's word ids followed by EOS_ID.
+    sentence_lengths: tokens (words + EOS) of each sentence.
+    documents: document index of each sentence.
+    oov: words of the split that are not in the vocabulary (encoded as UNK_ID).
+    lines: lines of the source file, when known.
+  """
+  tokens: np.ndarray
+  sentence_lengths: np.ndarray
+  documents: np.ndarray
+  oov: int
+  lines: int | None
+
+
+def encode_split(text: SplitText, vocab: Vocabulary) -> EncodedSplit:
+  """Encodes every sentence of `text` and appends EOS_ID to each, without a per-word loop."""
+  words = list(itertools.chain.from_iterable(text.sentences))
+  ids, oov = vocab.encode_and_count(words)
+  lengths = np.fromiter(map(len, text.sentences), dtype=np.int64,
+                        count=len(text.sentences)) + 1
+  tokens = np.full(int(lengths.sum()), EOS_ID, dtype=np.int32)
+  is_word = np.ones(len(tokens), dtype=bool)
+  is_word[np.cumsum(lengths) - 1] = False
+  tokens[is_word] = ids
+  return EncodedSplit(tokens=tokens, sentence_lengths=lengths,
+                      documents=np.asarray(text.documents, dtype=np.int64), oov=oov,
+                      lines=text.lines)
+
+
+def _check_config(config: ml_collections.ConfigDict) -> None:
+  """Rejects data settings that cannot work, with a one-line CorpusError."""
+  choices = {"corpus": corpus_lib.CORPORA, "source": SOURCES, "span": SPANS}
+  for field, allowed in choices.items():
+    if config[field] not in allowed:
+      raise CorpusError(f"config.data.{field}={config[field]!r} is unknown: use one of "
+                        f"{', '.join(allowed)}")
+  for field in ("batch_size", "eval_batch_size", "max_len"):
+    if config[field] < 1:
+      raise CorpusError(f"config.data.{field}={config[field]} must be a positive integer")
+  if config.source == "tfds" and config.corpus == "embedded":
+    raise CorpusError("config.data.source='tfds' has builders for ptb and wikitext2 only; "
+                      "the embedded corpus is read from the package: use source='text'")
+
+
+def _split_reader(config: ml_collections.ConfigDict) -> Callable[[str], SplitText]:
+  """split -> SplitText from the configured source."""
+  if config.source == "tfds":
+    from attnlm_jax.data import tfds_builders  # pylint: disable=g-import-not-at-top
+    return functools.partial(tfds_builders.load_split_text, config.corpus, config.data_dir,
+                             cache_dir=config.get("cache_dir") or None)
+  return functools.partial(corpus_lib.read_split, config.corpus, config.data_dir)
+
+
+def load(data_config: ml_collections.ConfigDict, vocab: Vocabulary | None = None) -> "LMData":
+  """Reads the training split and returns the dataset facade.
+
+  Args:
+    data_config: config.data (corpus, data_dir, source, batch_size, eval_batch_size,
+      max_len, bucket, span, seed; optional cache_dir for source="tfds").
+    vocab: the vocabulary to use (e.g. restored with a checkpoint); built from the training
+      split when None.
+
+  Returns:
+    The LMData; valid and test are read on first use.
+
+  Raises:
+    CorpusError: bad settings or unusable corpus files.
+  """
+  _check_config(data_config)
+  reader = _split_reader(data_config)
+  train = reader(split="train")
+  vocab = vocab if vocab is not None else Vocabulary.build(train.sentences)
+  return LMData(data_config, vocab, reader, train)
+
+
+class LMData:
+  """A corpus encoded with a vocabulary: sentences, training iterators and eval batches."""
+
+  def __init__(self, config: ml_collections.ConfigDict, vocab: Vocabulary,
+               reader: Callable[[str], SplitText], train: SplitText):
+    """Use `load`; `reader(split=...)` reads valid/test on first use."""
+    self.config = config
+    self.vocab = vocab
+    self._reader = reader
+    self._splits = {"train": encode_split(train, vocab)}
+    self._units = {}
+
+  def split(self, split: str) -> EncodedSplit:
+    """The encoded split (read and encoded on first use)."""
+    if split not in corpus_lib.SPLITS:
+      raise CorpusError(f"split {split!r} is unknown: use one of "
+                        f"{', '.join(corpus_lib.SPLITS)}")
+    if split not in self._splits:
+      self._splits[split] = encode_split(self._reader(split=split), self.vocab)
+    return self._splits[split]
+
+  def sentences(self, split: str) -> list[np.ndarray]:
+    """The encoded sentences of `split`, each its word ids followed by EOS_ID."""
+    data = self.split(split)
+    return np.split(data.tokens, np.cumsum(data.sentence_lengths)[:-1])
+
+  def oov_count(self, split: str) -> int:
+    """Number of words of `split` outside the vocabulary (mapped to `<unk>`)."""
+    return self.split(split).oov
+
+  def units(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, lengths) of the batch rows of `split` under config.span (see `batching`)."""
+    if split not in self._units:
+      data = self.split(split)
+      if self.config.span == "document":
+        self._units[split] = batching.document_units(
+            data.sentence_lengths, data.documents, self.config.max_len)
+      else:
+        self._units[split] = batching.sentence_units(data.sentence_lengths)
+    return self._units[split]
+
+  def num_train_batches(self) -> int:
+    """Batches in one training epoch (the last one is completed with filler rows)."""
+    return -(-len(self.units("train")[0]) // self.config.batch_size)
+
+  def train_plan(self, epoch: int) -> np.ndarray:
+    """The unit indices [num_batches, batch_size] of the epoch's batches (-1: filler)."""
+    _, lengths = self.units("train")
+    return batching.train_plan(lengths, self.config.batch_size, self.config.seed, epoch,
+                               self.config.bucket, self.config.max_len)
+
+  def train_iterator(self, epoch: int) -> grain.DatasetIterator:
+    """A grain iterator over the training batches of `epoch`.
+
+    Rows are truncated to max_len tokens and padded to max_len, or with bucketing to the
+    batch's longest row. `get_state()` / `set_state()` checkpoint the position.
+    """
+    tokens = self.split("train").tokens
+    starts, lengths = self.units("train")
+    max_len, fixed = self.config.max_len, not self.config.bucket
+
+    def collate(rows: np.ndarray) -> dict[str, np.ndarray]:
+      row_lengths = batching.row_lengths(rows, lengths, max_len)
+      width = max_len if fixed else int(row_lengths.max())
+      return batching.make_batch(tokens, starts[np.maximum(rows, 0)], row_lengths, width)
+
+    dataset = grain.MapDataset.source(list(self.train_plan(epoch))).map(collate)
+    options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=8)
+    return iter(dataset.to_iter_dataset(options))
+
+  def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+    """Evaluation batches covering every token of `split` once, longest rows first.
+
+    Rows are whole units (never truncated), each batch padded to its longest row; the last
+    batch is filled up to `batch_size` with filler rows (lengths 0).
+    """
+    tokens = self.split(split).tokens
+    starts, lengths = self.units(split)
+    for rows in batching.eval_plan(lengths, batch_size):
+      row_lengths = batching.row_lengths(rows, lengths)
+      yield batching.make_batch(tokens, starts[np.maximum(rows, 0)], row_lengths,
+                                int(row_lengths.max()))
