@@ -208,8 +208,16 @@ def test_bad_data_settings(ptb_dir):
     data_lib.load(_config(ptb_dir, span="paragraph"))
   with pytest.raises(data_lib.CorpusError, match="config.data.batch_size=0 must be"):
     data_lib.load(_config(ptb_dir, batch_size=0))
-  with pytest.raises(data_lib.CorpusError, match="embedded corpus is read from the package"):
-    data_lib.load(_config("", corpus="embedded", source="tfds"))
+  with pytest.raises(data_lib.CorpusError, match="config.data.source='arrow' is unknown"):
+    data_lib.load(_config(ptb_dir, source="arrow"))
+
+
+def test_embedded_corpus_through_tfds_equals_the_text_reader(tmp_path):
+  text = data_lib.load(_config("", corpus="embedded"))
+  tfds = data_lib.load(_config("", corpus="embedded", source="tfds", cache_dir=str(tmp_path)))
+  assert tfds.vocab == text.vocab
+  for a, b in zip(text.sentences("valid"), tfds.sentences("valid"), strict=True):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_unknown_words_are_counted(ptb_dir, tmp_path):

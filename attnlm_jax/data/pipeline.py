@@ -69,9 +69,6 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
   for field in ("batch_size", "eval_batch_size", "max_len"):
     if config[field] < 1:
       raise CorpusError(f"config.data.{field}={config[field]} must be a positive integer")
-  if config.source == "tfds" and config.corpus == "embedded":
-    raise CorpusError("config.data.source='tfds' has builders for ptb and wikitext2 only; "
-                      "the embedded corpus is read from the package: use source='text'")
 
 
 def _split_reader(config: ml_collections.ConfigDict) -> Callable[[str], SplitText]:

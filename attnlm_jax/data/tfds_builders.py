@@ -1,0 +1,166 @@
+"""TensorFlow Datasets builders for the corpora, stored as array_record, read without TensorFlow.
+
+The TFDS catalog has no Penn Treebank or WikiText-2 builder, so these builders read the
+standard files from the manual directory (`ptb.{train,valid,test}.txt`,
+`wiki.{train,valid,test}.tokens`; the embedded corpus comes from the package). Each example is
+one sentence exactly as `corpus.read_split` produces it: {"text": the words joined by single
+spaces, "document": its document index}, written in corpus order (shuffling disabled). The
+number of lines of each source file is kept in the dataset metadata.
+
+Datasets are written as array_record and read back with `builder.as_data_source(split)`, the
+random-access path that needs no TensorFlow (`tfds.load` and `as_dataset` do). A prepared
+dataset lives under `cache_dir/<corpus>-<hash of the source files>/`, so it is built once and
+rebuilt when the source files change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from etils import epath
+import numpy as np
+import tensorflow_datasets as tfds
+
+from attnlm_jax.data import corpus as corpus_lib
+
+DATASET_VERSION = "1.0.0"
+
+
+class _CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """One sentence per example from `corpus.read_split(CORPUS, manual_dir, split)`."""
+
+  CORPUS = ""
+  VERSION = tfds.core.Version(DATASET_VERSION)
+  RELEASE_NOTES = {DATASET_VERSION: "Sentences and document indices of corpus.read_split."}
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description=f"The {self.CORPUS} corpus, one sentence per example.",
+        features=tfds.features.FeaturesDict({
+            "text": tfds.features.Text(),
+            "document": np.int32,
+        }),
+        disable_shuffling=True,
+        metadata=tfds.core.MetadataDict(),
+    )
+
+  def _split_generators(self, dl_manager):
+    data_dir = dl_manager.manual_dir if self.MANUAL_DOWNLOAD_INSTRUCTIONS else ""
+    generators = {}
+    for split in corpus_lib.SPLITS:
+      text = corpus_lib.read_split(self.CORPUS, data_dir, split)
+      self.info.metadata[f"{split}_lines"] = text.lines
+      generators[split] = self._generate_examples(text)
+    return generators
+
+  def _generate_examples(self, text: corpus_lib.SplitText):
+    for index, (words, document) in enumerate(zip(text.sentences, text.documents)):
+      yield index, {"text": " ".join(words), "document": document}
+
+
+class Ptb(_CorpusBuilder, skip_registration=True):
+  """Penn Treebank (Mikolov's preprocessing), one line per sentence and document."""
+
+  name = "ptb"
+  CORPUS = "ptb"
+  MANUAL_DOWNLOAD_INSTRUCTIONS = "Put ptb.train.txt, ptb.valid.txt and ptb.test.txt here."
+
+
+class Wikitext2(_CorpusBuilder, skip_registration=True):
+  """WikiText-2 (v1, tokenised), paragraphs split into sentences as corpus.read_split does."""
+
+  name = "wikitext2"
+  CORPUS = "wikitext2"
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (
+      "Put wiki.train.tokens, wiki.valid.tokens and wiki.test.tokens here.")
+
+
+class Embedded(_CorpusBuilder, skip_registration=True):
+  """The grammar corpus shipped inside the package (attnlm_jax/data/embedded)."""
+
+  name = "embedded"
+  CORPUS = "embedded"
+
+
+BUILDERS = {builder.CORPUS: builder for builder in (Ptb, Wikitext2, Embedded)}
+
+
+def source_fingerprint(corpus: str, data_dir) -> str:
+  """sha256 over the corpus's split files (missing files count as missing): the cache key."""
+  digest = hashlib.sha256(f"{corpus}/{DATASET_VERSION}".encode())
+  for split in corpus_lib.SPLITS:
+    if corpus == "embedded":
+      path = corpus_lib.embedded_dir() / f"{split}.txt.gz"
+    else:
+      path = corpus_lib.split_path(corpus, data_dir, split)
+    exists = path.is_file()
+    digest.update(f"|{split}:{exists}|".encode())
+    if exists:
+      digest.update(path.read_bytes())
+  return digest.hexdigest()
+
+
+def prepare(corpus: str, data_dir, cache_dir=None) -> tfds.core.DatasetBuilder:
+  """The builder of `corpus` with its array_record files prepared (built on first use).
+
+  Args:
+    corpus: one of corpus.CORPORA.
+    data_dir: directory holding the corpus files ("" for the embedded corpus).
+    cache_dir: where prepared datasets are kept; TFDS's data directory
+      (`$TFDS_DATA_DIR`, default ~/tensorflow_datasets) under `attnlm_jax` when None.
+
+  Returns:
+    The prepared builder; `builder.as_data_source(split)` reads a split.
+
+  Raises:
+    CorpusError: unknown corpus, or unusable corpus files (see corpus.read_split).
+  """
+  if corpus not in BUILDERS:
+    raise corpus_lib.CorpusError(f"corpus {corpus!r} is unknown: use one of "
+                                 f"{', '.join(BUILDERS)}")
+  if corpus != "embedded" and not (str(data_dir) and epath.Path(data_dir).is_dir()):
+    # TFDS would fail on the manual directory with a multi-line AssertionError; the reader
+    # raises the one-line CorpusError for a missing or unset directory instead.
+    corpus_lib.read_split(corpus, data_dir, "train")
+  root = epath.Path(cache_dir) if cache_dir else (
+      epath.Path(tfds.core.constants.DATA_DIR) / "attnlm_jax")
+  fingerprint = source_fingerprint(corpus, data_dir)
+  builder = BUILDERS[corpus](data_dir=root / f"{corpus}-{fingerprint[:16]}",
+                             file_format="array_record")
+  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+      manual_dir=None if corpus == "embedded" else str(data_dir),
+      compute_stats=tfds.download.ComputeStatsMode.SKIP))
+  return builder
+
+
+def decode_example(example: dict[str, Any]) -> tuple[tuple[str, ...], int]:
+  """(words, document) of one example read from a data source of these builders.
+
+  Real array_record data returns the text as bytes, `tfds.testing.mock_data` as str; both work.
+  """
+  text = example["text"]
+  text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
+  return tuple(text.split()), int(example["document"])
+
+
+def load_split_text(corpus: str, data_dir, split: str, cache_dir=None) -> corpus_lib.SplitText:
+  """Reads one split through TFDS (building it once into cache_dir), in example order.
+
+  Equal to `corpus.read_split(corpus, data_dir, split)`: the same sentences, documents and
+  line count.
+
+  Raises:
+    CorpusError: unknown corpus or split, or unusable corpus files.
+  """
+  if split not in corpus_lib.SPLITS:
+    raise corpus_lib.CorpusError(f"split {split!r} is unknown: use one of "
+                                 f"{', '.join(corpus_lib.SPLITS)}")
+  builder = prepare(corpus, data_dir, cache_dir)
+  source = builder.as_data_source(split)
+  examples = [decode_example(e) for e in source.__getitems__(range(len(source)))]
+  lines = builder.info.metadata.get(f"{split}_lines")
+  return corpus_lib.SplitText(sentences=[words for words, _ in examples],
+                              documents=[document for _, document in examples],
+                              lines=None if lines is None else int(lines))
