@@ -17,6 +17,13 @@ Two forms compute the same function:
 - "parallel": every layer scanned on its own with its input projection hoisted out of the
   loop as one matmul, then the attention of all steps at once as one masked batched matmul.
   It applies because these models' context feeds only the output layer, not the recurrence.
+
+The models whose context feeds the recurrence (`das`, `lstmn`, `das_lstmn`; `recurrent.py`)
+attend inside the scan step over buffers in the carry (the input embeddings for DAS, the h and
+c tapes for the LSTMN), so they always run the scan form.
+
+POS-tag inputs (Cao & Yu sec. 3.2, `config.pos_tags`): the input is m_t = [w_t; p_t], the
+word embedding and a tag embedding (tags from a left-to-right tagger, `tagger.py`).
 """
 
 from typing import NamedTuple, Optional
@@ -30,6 +37,7 @@ from attnlm_jax import heads
 from attnlm_jax import lstm
 from attnlm_jax import memory as memory_lib
 from attnlm_jax import nn
+from attnlm_jax import recurrent
 from attnlm_jax import scores
 from attnlm_jax.errors import ConfigError
 
@@ -54,6 +62,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.attention_form = "parallel"  # "parallel" (fast) or "scan" (reference) in apply().
   config.compute_dtype = "float32"    # Matmul input dtype: "float32" or "bfloat16".
   config.unroll = 1               # lax.scan unroll factor.
+  config.pos_tags = False         # Input [word embedding; POS-tag embedding] (needs tags).
+  config.num_tags = 0             # Tag vocabulary size (tagger.TAG_SPECIALS included).
+  config.tag_size = 50            # POS-tag embedding size.
   return config
 
 
@@ -61,6 +72,8 @@ class DecodeState(NamedTuple):
   """What `step` carries from one token to the next."""
   lstm: tuple          # one lstm.LSTMState per layer
   memory: memory_lib.Memory
+  inputs: Optional[memory_lib.Memory] = None   # das: the input embeddings m_1..m_t
+  tapes: Optional[recurrent.Tapes] = None      # lstmn: the h and c tapes and ~h_{t-1}
 
 
 def validate(config) -> None:
@@ -77,6 +90,18 @@ def validate(config) -> None:
       raise ConfigError(f"config.model.{field} = {config[field]} is too small")
   if not 0.0 <= config.dropout < 1.0:
     raise ConfigError(f"config.model.dropout = {config.dropout} must be in [0, 1)")
+  if config.pos_tags and min(config.num_tags, config.tag_size) < 1:
+    raise ConfigError(f"config.model.pos_tags needs num_tags >= 1 and tag_size >= 1 "
+                      f"(got {config.num_tags}, {config.tag_size}): set them from the tagger")
+
+
+def _input_sizes(config, score) -> tuple[dict, int]:
+  """(stream name -> embedding size of the input m_t, first LSTM layer's input size)."""
+  streams = {"words": config.hidden_size}
+  if config.pos_tags:
+    streams["tags"] = config.tag_size
+  embed_size = sum(streams.values())
+  return streams, embed_size * (2 if "das" in score.recurrence else 1)
 
 
 def init(rng: jax.Array, config) -> dict:
@@ -85,13 +110,23 @@ def init(rng: jax.Array, config) -> dict:
   score = scores.get(config.score)
   head = heads.HEADS[score.head]
   hidden = config.hidden_size
+  streams, first_input = _input_sizes(config, score)
   rng_embed, rng_lstm, rng_score, rng_head = jax.random.split(rng, 4)
+  rng_rec, rng_tags = jax.random.split(jax.random.fold_in(rng, 1))
   params = {
       "embed": nn.uniform_init(rng_embed, (config.vocab_size, hidden), config.init_scale),
-      "lstm": [lstm.init_layer(key, hidden, hidden, config.init_scale, config.forget_bias)
-               for key in jax.random.split(rng_lstm, config.num_layers)],
+      "lstm": [lstm.init_layer(key, first_input if depth == 0 else hidden, hidden,
+                               config.init_scale, config.forget_bias)
+               for depth, key in enumerate(jax.random.split(rng_lstm, config.num_layers))],
       "out_bias": jnp.zeros((config.vocab_size,), jnp.float32),
   }
+  if config.pos_tags:
+    params["tag_embed"] = nn.uniform_init(rng_tags, (config.num_tags, config.tag_size),
+                                          config.init_scale)
+  if score.feeds_recurrence:
+    params["recurrent"] = recurrent.init(rng_rec, score.recurrence, hidden_size=hidden,
+                                         stream_sizes=streams, lstm_input_size=first_input,
+                                         init_scale=config.init_scale)
   sizes = {"H": hidden, "S": config.max_len - 1}
   if score.params:
     params["score"] = _init_from_spec(rng_score, score.params, sizes, config.init_scale)
@@ -127,46 +162,55 @@ def count_params(params: dict) -> int:
 
 
 class _Dropout(NamedTuple):
-  """Dropout multipliers for a whole batch, time-major: embed/output [T, B, H], between
-  [num_layers - 1, T, B, H]. Drawn once, outside any scan, so both forms see the same."""
+  """Dropout multipliers for a whole batch, time-major: embed [T, B, D] (D: the size of the
+  input m_t), output [T, B, H], between [num_layers - 1, T, B, H]. Drawn once, outside any
+  scan, so both forms see the same."""
   embed: jax.Array
   between: jax.Array
   output: jax.Array
 
 
-def _dropout(rng, config, num_steps: int, batch_size: int) -> _Dropout:
+def _dropout(rng, config, num_steps: int, batch_size: int, embed_size: int) -> _Dropout:
   shape = (num_steps, batch_size, config.hidden_size)
   rng_embed, rng_between, rng_output = jax.random.split(rng, 3)
   return _Dropout(
-      nn.dropout_mask(rng_embed, config.dropout, shape),
+      nn.dropout_mask(rng_embed, config.dropout, (num_steps, batch_size, embed_size)),
       nn.dropout_mask(rng_between, config.dropout, (config.num_layers - 1, *shape)),
       nn.dropout_mask(rng_output, config.dropout, shape))
 
 
 def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train: bool = False,
           rng: Optional[jax.Array] = None, return_attention: bool = False,
-          mutable: bool = False):
+          mutable: bool = False, tags: Optional[jax.Array] = None):
   """Next-token logits [B, T, V] for input tokens [B, T] (int32) with `lengths` [B].
 
-  return_attention: also return the attention weights [B, T, L] (L = T slots).
+  return_attention: also return the attention weights [B, T, L] (L = T slots): over the
+    memory [h_0 = 0, h_1 .. h_{t-1}] for the output-layer scores; over the inputs m_1..m_T for
+    `das` and `das_lstmn` (the word stream's weights); over the tape [h_0 = 0, h_1 ..] for
+    `lstmn`.
   mutable: return (outputs, updates), `updates` to merge into params as {**params, **updates}
     (the new batch-norm statistics of training mode; empty otherwise).
   train: dropout on (needs `rng`) and batch-norm batch statistics.
+  tags: int32 [B, T], the POS tag of each input token (needed iff `config.pos_tags`).
+
+  `config.attention_form` picks the form for the output-layer scores; the scores that feed the
+  recurrence (`scores.RECURRENT_SCORES`) always use the scan form, whatever it says.
   """
   validate(config)
   score = scores.get(config.score)
-  if return_attention and score.attend is None:
+  if return_attention and score.attend is None and not score.feeds_recurrence:
     raise ConfigError(f"score {config.score!r} has no attention weights to return")
   if train and config.dropout > 0 and rng is None:
     raise ValueError("apply(train=True) needs an rng for dropout")
   batch_size, num_steps = tokens.shape
   valid = jnp.arange(num_steps)[None, :] < lengths[:, None]                    # [B, T]
-  drop = (_dropout(rng, config, num_steps, batch_size)
+  embedded = jnp.swapaxes(_embed(params, config, tokens, tags), 0, 1)          # [T, B, D]
+  drop = (_dropout(rng, config, num_steps, batch_size, embedded.shape[-1])
           if train and config.dropout > 0 else None)
-  embedded = jnp.swapaxes(params["embed"][tokens], 0, 1)                        # [T, B, H]
   if drop is not None:
     embedded = embedded * drop.embed
-  forward = _parallel if config.attention_form == "parallel" else _scan
+  parallel = config.attention_form == "parallel" and not score.feeds_recurrence
+  forward = _parallel if parallel else _scan
   query, context, weights = forward(params, config, score, embedded, lengths, drop)
   features, new_stats = _head(params, config, score, query, context, valid, train)
   logits = _logits(params, features)
@@ -180,6 +224,27 @@ def _compute_dtype(config):
   return COMPUTE_DTYPES[config.compute_dtype]
 
 
+def _embed(params: dict, config, tokens: jax.Array, tags: Optional[jax.Array]) -> jax.Array:
+  """The input m_t: w_t = E x_t, or [w_t; p_t] with POS tags (Cao & Yu eqs. 16-18)."""
+  words = params["embed"][tokens]
+  if not config.pos_tags:
+    return words
+  if tags is None:
+    raise ConfigError("config.model.pos_tags is on but no tags were given: pass the tagged "
+                      "corpus's tags (tagger.tag_corpus) or set pos_tags=False")
+  return jnp.concatenate([words, params["tag_embed"][tags]], axis=-1)
+
+
+def _first_gates(params: dict, embedded: jax.Array, compute_dtype) -> jax.Array:
+  """The first layer's gates from m_t alone, `m_t W_x[:D] + b` (hoisted out of the scan).
+
+  For `das` the first layer's W_x also has rows for the context m'_t, added in the step.
+  """
+  layer = params["lstm"][0]
+  return lstm.input_gates({**layer, "w_x": layer["w_x"][:embedded.shape[-1]]}, embedded,
+                          compute_dtype)
+
+
 def _parallel(params, config, score, embedded, lengths, drop):
   """Layer by layer (hoisted input projections), then all steps' attention at once."""
   cdt = _compute_dtype(config)
@@ -188,7 +253,8 @@ def _parallel(params, config, score, embedded, lengths, drop):
     if depth > 0 and drop is not None:
       inputs = inputs * drop.between[depth - 1]
     gates_x = lstm.input_gates(layer, inputs, cdt)                             # [T, B, 4H]
-    _, inputs = lstm.scan_layer(layer, gates_x, lstm.zero_state(*inputs.shape[1:]),
+    _, inputs = lstm.scan_layer(layer, gates_x,
+                                lstm.zero_state(inputs.shape[1], config.hidden_size),
                                 cdt, config.unroll)
   outputs = jnp.swapaxes(inputs, 0, 1)                                         # [B, T, H]
   query = outputs * jnp.swapaxes(drop.output, 0, 1) if drop is not None else outputs
@@ -200,45 +266,81 @@ def _parallel(params, config, score, embedded, lengths, drop):
   return query, context, weights
 
 
-def _time_step(params, config, score, carry: DecodeState, inputs):
-  """One time step of the scan form: all layers, then read the memory, then write h_t.
+def _read_recurrent(params, config, score, carry: DecodeState, embedded, gates_x, valid):
+  """The attention feeding the recurrence, before the layers run (`recurrent.py`).
 
-  inputs: (gates of the first layer's input [B, 4H], valid [B], dropout multipliers of this
-  step (between [num_layers - 1, B, H], output [B, H]) or None).
+  das: writes m_t into the input buffer, reads m'_t with the query h_{t-1} (the last layer's
+  previous output) and adds m'_t W_x[D:] to the first layer's gates. lstmn: reads (~h_t, ~c_t)
+  from the tapes with x_t (m_t, or [m_t; m'_t] with das) as the first layer's previous state.
+  Returns (first-layer gates, first-layer previous state, carry with the new input buffer,
+  weights [B, L] or None).
+  """
+  cdt = _compute_dtype(config)
+  previous, weights = carry.lstm[0], None
+  lstm_input = embedded
+  if "das" in score.recurrence:
+    inputs = memory_lib.write(carry.inputs, embedded, valid)
+    context, stream_weights = recurrent.das_read(params["recurrent"]["das"], inputs,
+                                                 carry.lstm[-1].h, cdt)
+    gates_x = gates_x + nn.dot(context, params["lstm"][0]["w_x"][embedded.shape[-1]:], cdt)
+    lstm_input = jnp.concatenate([embedded, context], axis=-1)
+    weights = stream_weights["words"][:, 1:]                    # slot 0 of the buffer is unused
+    carry = carry._replace(inputs=inputs)
+  if "lstmn" in score.recurrence:
+    previous, tape_weights = recurrent.lstmn_read(params["recurrent"]["lstmn"], carry.tapes,
+                                                  lstm_input, cdt)
+    weights = tape_weights if weights is None else weights
+  return gates_x, previous, carry, weights
+
+
+def _time_step(params, config, score, carry: DecodeState, inputs):
+  """One time step of the scan form: the attention feeding the recurrence (if any), all
+  layers, then read the memory, then write h_t (and the LSTMN tapes).
+
+  inputs: (the input m_t after dropout [B, D] (used only by the scores that feed the
+  recurrence, else None), gates of the first layer's input [B, 4H], valid [B], dropout
+  multipliers of this step (between [num_layers - 1, B, H], output [B, H]) or None).
   Returns the new carry and (query h_t after dropout, context c_t, weights a_t).
   """
   cdt = _compute_dtype(config)
-  gates_x, valid, drop = inputs
+  embedded, gates_x, valid, drop = inputs
+  previous, weights = carry.lstm[0], None
+  if score.feeds_recurrence:
+    gates_x, previous, carry, weights = _read_recurrent(params, config, score, carry, embedded,
+                                                        gates_x, valid)
   states = []
   for depth, layer in enumerate(params["lstm"]):
     if depth > 0:
       below = states[-1].h if drop is None else states[-1].h * drop[0][depth - 1]
       gates_x = lstm.input_gates(layer, below, cdt)
-    states.append(lstm.cell(layer, gates_x, carry.lstm[depth], cdt))
+    states.append(lstm.cell(layer, gates_x, previous if depth == 0 else carry.lstm[depth], cdt))
   h = states[-1].h
   query = h if drop is None else h * drop[1]
-  context = weights = None
+  context = None
   if score.attend is not None:
     context, weights = score.attend(params.get("score"), query[:, None], carry.memory.states,
                                     carry.memory.mask[:, None], cdt)
     context, weights = context[:, 0], weights[:, 0]
   new_memory = memory_lib.write(carry.memory, h, valid)
-  return DecodeState(tuple(states), new_memory), (query, context, weights)
+  tapes = (recurrent.write_tapes(carry.tapes, states[0], previous, valid)
+           if "lstmn" in score.recurrence else carry.tapes)
+  new_carry = carry._replace(lstm=tuple(states), memory=new_memory, tapes=tapes)
+  return new_carry, (query, context, weights)
 
 
 def _scan(params, config, score, embedded, lengths, drop):
-  """The reference form: one scan over time carrying the LSTM states and the memory."""
+  """The reference form: one scan over time carrying the LSTM states and the buffers."""
   num_steps, batch_size, _ = embedded.shape
-  gates_x = lstm.input_gates(params["lstm"][0], embedded, _compute_dtype(config))
+  gates_x = _first_gates(params, embedded, _compute_dtype(config))
   valid = jnp.arange(num_steps)[:, None] < lengths[None, :]                    # [T, B]
   step_drop = (drop.between.swapaxes(0, 1), drop.output) if drop is not None else None
-  carry = _initial_state(config, batch_size, capacity=num_steps)
+  carry = _initial_state(config, score, batch_size, capacity=num_steps)
+  step_inputs = (embedded if score.feeds_recurrence else None, gates_x, valid, step_drop)
 
   def body(carry, inputs):
     return _time_step(params, config, score, carry, inputs)
 
-  _, (query, context, weights) = jax.lax.scan(body, carry, (gates_x, valid, step_drop),
-                                              unroll=config.unroll)
+  _, (query, context, weights) = jax.lax.scan(body, carry, step_inputs, unroll=config.unroll)
   batch_major = lambda x: None if x is None else jnp.swapaxes(x, 0, 1)
   return batch_major(query), batch_major(context), batch_major(weights)
 
@@ -255,32 +357,41 @@ def _logits(params, features):
   return jnp.einsum("...h,vh->...v", features, params["embed"]) + params["out_bias"]
 
 
-def _initial_state(config, batch_size: int, capacity: int) -> DecodeState:
-  layers = tuple(lstm.zero_state(batch_size, config.hidden_size)
-                 for _ in range(config.num_layers))
-  buffer = memory_lib.empty(batch_size, capacity, config.hidden_size, config.zero_slot)
-  return DecodeState(layers, buffer)
+def _initial_state(config, score, batch_size: int, capacity: int) -> DecodeState:
+  hidden = config.hidden_size
+  layers = tuple(lstm.zero_state(batch_size, hidden) for _ in range(config.num_layers))
+  buffer = memory_lib.empty(batch_size, capacity, hidden, config.zero_slot)
+  streams, _ = _input_sizes(config, score)
+  inputs = (recurrent.empty_inputs(batch_size, capacity, sum(streams.values()))
+            if "das" in score.recurrence else None)
+  tapes = (recurrent.empty_tapes(batch_size, capacity, hidden, config.zero_slot)
+           if "lstmn" in score.recurrence else None)
+  return DecodeState(layers, buffer, inputs, tapes)
 
 
 def init_state(params: dict, config, batch_size: int,
                capacity: Optional[int] = None) -> DecodeState:
-  """The state before the first token: zero LSTM states and an empty memory.
+  """The state before the first token: zero LSTM states and empty buffers.
 
-  capacity: memory slots (default `config.max_len`); past it the memory keeps the most
-  recent `capacity - 1` states.
+  capacity: memory slots (default `config.max_len`); past it the memory and the LSTMN tapes
+  keep the most recent `capacity - 1` states, the DAS input buffer the last `capacity` inputs.
   """
   del params
   validate(config)
-  return _initial_state(config, batch_size, capacity or config.max_len)
+  return _initial_state(config, scores.get(config.score), batch_size,
+                        capacity or config.max_len)
 
 
-def step(params: dict, config, state: DecodeState, token: jax.Array):
-  """One token [B] (int32) in, next-token logits [B, V] out; evaluation mode."""
+def step(params: dict, config, state: DecodeState, token: jax.Array,
+         tag: Optional[jax.Array] = None):
+  """One token [B] (int32) in (and its POS tag [B] with `config.pos_tags`), next-token
+  logits [B, V] out; evaluation mode."""
   score = scores.get(config.score)
-  gates_x = lstm.input_gates(params["lstm"][0], params["embed"][token], _compute_dtype(config))
+  embedded = _embed(params, config, token, tag)
+  gates_x = _first_gates(params, embedded, _compute_dtype(config))
   valid = jnp.ones(token.shape, bool)
   state, (query, context, _) = _time_step(params, config, score, state,
-                                          (gates_x, valid, None))
+                                          (embedded, gates_x, valid, None))
   expand = lambda x: None if x is None else x[:, None]
   features, _ = _head(params, config, score, expand(query), expand(context),
                       valid[:, None], train=False)

@@ -11,6 +11,10 @@ The same function serves the scan (T = 1 per step) and the parallel form (all T 
 Adding a score takes one function, one `SCORE_FUNCTIONS` entry (the function, its parameter
 shapes and the output layer it feeds, see `heads.py`) and one config value
 (`config.model.score`).
+
+A second kind of entry names attention that feeds the recurrence instead of the output layer
+(`Score.recurrence`, computed inside the LSTM step by `recurrent.py`): the DAS LM's attention
+over the input history and the LSTMN's attention over its hidden and cell tapes.
 """
 
 import dataclasses
@@ -81,10 +85,19 @@ class Score:
     number of memory slots after the zero slot, max_len - 1); initialisers are "uniform"
     (U(-init_scale, init_scale)), "zeros" and "ones".
   head: the output layer the context feeds (a key of `heads.HEADS`).
+  recurrence: the attentions that run inside the LSTM step and feed the recurrence, a subset
+    of ("das", "lstmn") (see `recurrent.py`); empty for models whose context feeds only the
+    output layer.
   """
   attend: Optional[Callable]
   params: dict
   head: str
+  recurrence: tuple[str, ...] = ()
+
+  @property
+  def feeds_recurrence(self) -> bool:
+    """True when the attention runs inside the recurrence (no parallel form exists)."""
+    return bool(self.recurrence)
 
 
 _SCORE_WEIGHTS = {"w_s": (("H", "H"), "uniform"), "v": (("H",), "uniform")}
@@ -101,7 +114,16 @@ SCORE_FUNCTIONS = {
     # The slot weights start at 1, i.e. as the plain `combined` context.
     "conv1x1": Score(conv1x1, {**_COMBINED_WEIGHTS, "slot_w": (("S",), "ones"),
                                "slot_b": ((), "zeros")}, "residual_bn"),
+    # Context feeding the recurrence; the output softmax reads h_t (Cao & Yu eq. 15).
+    # DAS LM: attention over the input history joins the LSTM input.
+    "das": Score(None, {}, "identity", recurrence=("das",)),
+    # LSTMN (Cheng et al. 2016): attention over the h and c tapes replaces (h_{t-1}, c_{t-1}).
+    "lstmn": Score(None, {}, "identity", recurrence=("lstmn",)),
+    # DAS-LSTMN (Cao & Yu sec. 3.3): both.
+    "das_lstmn": Score(None, {}, "identity", recurrence=("das", "lstmn")),
 }
+
+RECURRENT_SCORES = tuple(name for name, s in SCORE_FUNCTIONS.items() if s.feeds_recurrence)
 
 
 def get(name: str) -> Score:

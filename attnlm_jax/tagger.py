@@ -1,0 +1,354 @@
+"""A left-to-right LSTM part-of-speech tagger, the tag source of the POS-input LMs.
+
+Cao & Yu (sec. 3.2) feed the LM POS tags from a unidirectional tagger, so that no future word
+leaks into a tag: the tag of word t is predicted from words 1..t only,
+
+    e_t = [E x_t; S_1 s1(x_t); ..; S_k sk(x_t)];  h_t = LSTM(e_t, h_{t-1}, c_{t-1})
+    p(tag_t | x_1..x_t) = softmax(W h_t + b)
+
+(embeddings -> LSTM stack (`lstm.py`) -> softmax over tags), where sn(x_t) is the last n
+characters of word t (`model.suffix_lengths`; a suffix seen fewer than `min_count` times in
+training is <unk>): words unseen in training are tagged from their endings (-ly, -ing,
+-tion, ...). Nothing of words after t enters. It is trained on CoNLL-2000 (WSJ sections
+15-18, Penn Treebank tags) and scored on its test split (section 20).
+
+Text normalisation, to match the PTB language-modelling files (Mikolov's preprocessing):
+- a token made only of digits and the characters `. , : / \\ -`, with at least one digit
+  (`1.8`, `1,000`, `3\\/4`, `10-15`), the token `%` and the token `N` become `N`;
+  any other word is lower-cased (`30-year` and `1980s` stay words, as in the PTB files);
+- with `drop_punctuation` (the default), tokens tagged `,` `.` `:` `` `` `` `''` `(` `)` are
+  removed, as the PTB files have no punctuation (`$`, `#`, `&`, `'s` stay);
+- training words seen fewer than `min_count` times become `<unk>`, which is also what the
+  tagger reads for the PTB files' `<unk>`.
+
+Trained taggers live in a workdir (`tagger.msgpack` parameters, `tagger.json` config,
+vocabularies and test accuracy). `tag_corpus` tags an LM corpus once and caches the tags in
+`<tagger workdir>/tags/<corpus>.<split>.txt` (beside the tagger that made them: the corpora
+directory is read-only), one line per sentence, one tag per word.
+"""
+
+import collections
+import json
+import re
+import time
+from typing import Iterator, NamedTuple, Optional, Sequence
+
+from etils import epath
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from attnlm_jax import lstm
+from attnlm_jax import nn
+from attnlm_jax.data import vocab as vocab_lib
+from attnlm_jax.errors import UserError
+
+# Tag ids 0 and 1 are padding and the LM's start/end symbol <eos> (tag of the <eos> token).
+TAG_SPECIALS = (vocab_lib.PAD, vocab_lib.EOS)
+assert TAG_SPECIALS.index(vocab_lib.EOS) == vocab_lib.EOS_ID and vocab_lib.PAD_ID == 0
+PUNCTUATION_TAGS = frozenset({",", ".", ":", "``", "''", "(", ")"})
+_NUMBER = re.compile(r"[\d.,:/\\-]*\d[\d.,:/\\-]*")
+_BUCKET = 8            # Batches are padded to a multiple of this many steps (fewer compiles).
+
+
+class TaggerError(UserError):
+  """A tagger file or corpus that cannot be used; the message names the file and the fix."""
+
+
+class Tagger(NamedTuple):
+  """A trained tagger: parameters, its model config, word vocabulary and tag list."""
+  params: dict
+  config: ml_collections.ConfigDict
+  words: vocab_lib.Vocabulary
+  suffixes: vocab_lib.Vocabulary
+  tags: tuple
+
+
+# --------------------------------------------------------------------------- text
+
+
+def normalize(word: str) -> str:
+  """The PTB form of a word: numbers (and `%`) -> `N`, everything else lower-cased."""
+  if word in ("N", "%") or _NUMBER.fullmatch(word):
+    return "N"
+  return word.lower()
+
+
+def read_conll(path, drop_punctuation: bool = True) -> list[tuple[tuple, tuple]]:
+  """Sentences of a CoNLL-2000 file (`word POS chunk` per line) as (words, tags), normalised."""
+  path = epath.Path(path)
+  if not path.exists():
+    raise TaggerError(f"{path} not found: set config.data_dir to the CoNLL-2000 directory "
+                      "(train.txt, test.txt)")
+  sentences, words, tags = [], [], []
+  for line in path.read_text().splitlines() + [""]:
+    fields = line.split()
+    if fields:
+      if not (drop_punctuation and fields[1] in PUNCTUATION_TAGS):
+        words.append(normalize(fields[0]))
+        tags.append(fields[1])
+    elif words:
+      sentences.append((tuple(words), tuple(tags)))
+      words, tags = [], []
+  return sentences
+
+
+def suffixes(word: str, lengths: Sequence[int]) -> list[str]:
+  """The word's endings as vocabulary items "n:ending" (`<unk>` has none: all are <unk>)."""
+  if word == vocab_lib.UNK:
+    return [vocab_lib.UNK] * len(lengths)
+  return [f"{n}:{word[-n:]}" for n in lengths]
+
+
+def build_vocabulary(sentences: Sequence[Sequence[str]],
+                     min_count: int) -> vocab_lib.Vocabulary:
+  """Items (words or suffixes) seen at least `min_count` times; the others read as <unk>."""
+  counts = collections.Counter(w for s in sentences for w in s)
+  kept = sorted((w for w, n in counts.items()
+                 if n >= min_count and w not in vocab_lib.SPECIALS),
+                key=lambda w: (-counts[w], w))
+  return vocab_lib.Vocabulary(list(vocab_lib.SPECIALS) + kept)
+
+
+def build_tags(sentences: Sequence[Sequence[str]]) -> tuple:
+  """The tag list: the specials, then the training tags by decreasing count."""
+  counts = collections.Counter(t for s in sentences for t in s)
+  return TAG_SPECIALS + tuple(sorted(counts, key=lambda t: (-counts[t], t)))
+
+
+# --------------------------------------------------------------------------- model
+
+
+def init(rng: jax.Array, config, num_words: int, num_suffixes: int, num_tags: int) -> dict:
+  """Parameters: U(-init_scale, init_scale) weights, zero biases."""
+  rng_embed, rng_suffix, rng_lstm, rng_out = jax.random.split(rng, 4)
+  input_size = config.embed_size + config.suffix_size * len(config.suffix_lengths)
+  sizes = [input_size] + [config.hidden_size] * config.num_layers
+  return {
+      "embed": nn.uniform_init(rng_embed, (num_words, config.embed_size), config.init_scale),
+      "suffix_embed": nn.uniform_init(rng_suffix, (num_suffixes, config.suffix_size),
+                                      config.init_scale),
+      "lstm": [lstm.init_layer(key, sizes[depth], config.hidden_size, config.init_scale, 0.0)
+               for depth, key in enumerate(jax.random.split(rng_lstm, config.num_layers))],
+      "out_w": nn.uniform_init(rng_out, (config.hidden_size, num_tags), config.init_scale),
+      "out_b": jnp.zeros((num_tags,), jnp.float32),
+  }
+
+
+def apply(params: dict, config, words: jax.Array, suffix_ids: jax.Array, *,
+          train: bool = False, rng: Optional[jax.Array] = None) -> jax.Array:
+  """Tag logits [B, T, K] for word ids [B, T] and their suffix ids [B, T, S]: position t
+  sees words 1..t only.
+
+  Dropout (training) on the embeddings, between layers and on the last layer's output.
+  """
+  keys = iter(jax.random.split(rng, config.num_layers + 1) if train else [])
+  dropout = lambda x: (x * nn.dropout_mask(next(keys), config.dropout, x.shape)
+                       if train and config.dropout > 0 else x)
+  endings = params["suffix_embed"][suffix_ids].reshape(*suffix_ids.shape[:2], -1)
+  inputs = jnp.concatenate([params["embed"][words], endings], axis=-1)
+  inputs = jnp.swapaxes(inputs, 0, 1)                                          # [T, B, E]
+  for layer in params["lstm"]:
+    gates_x = lstm.input_gates(layer, dropout(inputs))
+    _, inputs = lstm.scan_layer(layer, gates_x, lstm.zero_state(words.shape[0],
+                                                                 config.hidden_size))
+  outputs = dropout(jnp.swapaxes(inputs, 0, 1))                               # [B, T, H]
+  return outputs @ params["out_w"] + params["out_b"]
+
+
+def _loss(params, config, batch, rng):
+  """Mean token cross-entropy over the real (non-padding) positions."""
+  logits = apply(params, config, batch["words"], batch["suffixes"], train=True, rng=rng)
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["tags"])
+  mask = batch["tags"] != 0
+  return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _encode(tagger: Tagger, sentences, tag_index: Optional[dict] = None):
+  """(word ids [T], suffix ids [T, S], tag ids [T] (0 without `tag_index`)) per sentence of
+  (normalised words, tags)."""
+  lengths = tagger.config.suffix_lengths
+  return [(tagger.words.encode(words),
+           np.array([tagger.suffixes.encode(suffixes(w, lengths)) for w in words],
+                    np.int32).reshape(len(words), len(lengths)),
+           np.array([tag_index[t] for t in tags] if tag_index else [0] * len(words), np.int32))
+          for words, tags in sentences]
+
+
+def _batches(encoded, batch_size: int, rng: Optional[np.random.Generator]) -> Iterator[dict]:
+  """Batches of sentences padded with 0 to a multiple of `_BUCKET` steps; shuffled by `rng`.
+
+  Training batches hold sentences of similar length (sorted chunks of a shuffled order).
+  """
+  order = np.arange(len(encoded))
+  if rng is not None:
+    order = rng.permutation(order)
+    chunks = [order[i:i + 50 * batch_size] for i in range(0, len(order), 50 * batch_size)]
+    order = np.concatenate([c[np.argsort([len(encoded[j][0]) for j in c])] for c in chunks])
+  starts = list(range(0, len(order), batch_size))
+  if rng is not None:
+    rng.shuffle(starts)
+  for start in starts:
+    rows = [encoded[j] for j in order[start:start + batch_size]]
+    width = -(-max(len(w) for w, _, _ in rows) // _BUCKET) * _BUCKET
+    batch = {"words": np.zeros((len(rows), width), np.int32),
+             "suffixes": np.zeros((len(rows), width, rows[0][1].shape[1]), np.int32),
+             "tags": np.zeros((len(rows), width), np.int32)}
+    for r, row in enumerate(rows):
+      for name, value in zip(("words", "suffixes", "tags"), row):
+        batch[name][r, :len(value)] = value
+    yield batch
+
+
+def accuracy(tagger: Tagger, sentences, batch_size: int = 256) -> float:
+  """Fraction of tokens of `sentences` ((words, tags) pairs) tagged correctly."""
+  predicted = tag(tagger, [words for words, _ in sentences], batch_size)
+  pairs = [(p, g) for pred, (_, gold) in zip(predicted, sentences) for p, g in zip(pred, gold)]
+  return sum(p == g for p, g in pairs) / max(len(pairs), 1)
+
+
+def majority_baseline(train, test) -> float:
+  """Accuracy of tagging every test token with the most frequent training tag."""
+  top = collections.Counter(t for _, tags in train for t in tags).most_common(1)[0][0]
+  test_tags = [t for _, tags in test for t in tags]
+  return sum(t == top for t in test_tags) / max(len(test_tags), 1)
+
+
+# --------------------------------------------------------------------------- tagging
+
+
+def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]],
+            batch_size: int = 256) -> list[np.ndarray]:
+  """The predicted tag ids of each sentence's words (normalised first), left to right."""
+  encoded = _encode(tagger, [([normalize(w) for w in s], None) for s in sentences])
+  run = jax.jit(lambda params, batch: jnp.argmax(
+      apply(params, tagger.config, batch["words"], batch["suffixes"]), -1))
+  result = []
+  for start in range(0, len(encoded), batch_size):
+    chunk = encoded[start:start + batch_size]
+    predicted = np.asarray(run(tagger.params, next(_batches(chunk, len(chunk), None))))
+    result.extend(predicted[r, :len(row[0])].astype(np.int32) for r, row in enumerate(chunk))
+  return result
+
+
+def tag(tagger: Tagger, sentences: Sequence[Sequence[str]],
+        batch_size: int = 256) -> list[list[str]]:
+  """The predicted tags of each sentence (a list of words), as tag strings."""
+  return [[tagger.tags[i] for i in ids] for ids in tag_ids(tagger, sentences, batch_size)]
+
+
+# --------------------------------------------------------------------------- files
+
+
+def save(tagger: Tagger, workdir, metrics: dict) -> None:
+  """Writes `tagger.msgpack` (parameters) and `tagger.json` (config, vocabularies, metrics)."""
+  workdir = epath.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / "tagger.msgpack").write_bytes(
+      flax.serialization.msgpack_serialize(jax.tree.map(np.asarray, tagger.params)))
+  (workdir / "tagger.json").write_text(json.dumps(
+      {"config": tagger.config.to_dict(), "words": tagger.words.words,
+       "suffixes": tagger.suffixes.words, "tags": list(tagger.tags), "metrics": metrics},
+      indent=1))
+
+
+def load(workdir) -> Tagger:
+  """The tagger saved in `workdir` by `train_tagger`."""
+  workdir = epath.Path(workdir)
+  if not (workdir / "tagger.json").exists():
+    raise TaggerError(f"no tagger in {workdir}: train one with --mode=train_tagger "
+                      f"--config=configs/tagger.py --workdir={workdir}")
+  meta = json.loads((workdir / "tagger.json").read_text())
+  params = flax.serialization.msgpack_restore((workdir / "tagger.msgpack").read_bytes())
+  return Tagger(jax.tree.map(jnp.asarray, params), ml_collections.ConfigDict(meta["config"]),
+                vocab_lib.Vocabulary(meta["words"]), vocab_lib.Vocabulary(meta["suffixes"]),
+                tuple(meta["tags"]))
+
+
+def cache_path(tagger_dir, corpus: str, split: str) -> epath.Path:
+  """Where `tag_corpus` caches a split's tags: `<tagger_dir>/tags/<corpus>.<split>.txt`."""
+  return epath.Path(tagger_dir) / "tags" / f"{corpus}.{split}.txt"
+
+
+def tag_corpus(tagger_dir, corpus: str, split: str,
+               sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+  """LM tag inputs for the sentences of one split, tagged once and cached (`cache_path`).
+
+  Returns per sentence the tag ids of its words followed by the <eos> tag, aligned with
+  `LMData.sentences(split)` (encoded words + EOS), so a batch's tag rows are built exactly as
+  its token rows: `batching.make_batch(np.concatenate(tags), starts, lengths, width)["inputs"]`
+  is the batch's `tags` (tag ids 0 and 1 are <pad> and <eos>, as PAD_ID and EOS_ID). The
+  cache is reused while its line count matches the split.
+  """
+  path = cache_path(tagger_dir, corpus, split)
+  tagger = load(tagger_dir)
+  index = {t: i for i, t in enumerate(tagger.tags)}
+  lines = path.read_text().splitlines() if path.exists() else []
+  if len(lines) != len(sentences):
+    lines = [" ".join(tagger.tags[i] for i in ids) for ids in tag_ids(tagger, sentences)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines))
+  eos_tag = index[vocab_lib.EOS]
+  return [np.array([index[t] for t in line.split()] + [eos_tag], np.int32) for line in lines]
+
+
+# --------------------------------------------------------------------------- training
+
+
+def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
+  """Trains the tagger on CoNLL-2000 train, reports its accuracy on the test split, saves it.
+
+  config: `data` (data_dir, drop_punctuation, min_count, batch_size, max_train_sentences
+  (0 = all)), `model` (embed_size, hidden_size, num_layers, dropout, init_scale), `train`
+  (learning_rate, num_epochs, grad_clip), `seed`. Prints one JSON line per epoch and returns
+  {"test_accuracy", "majority_baseline", "num_params", ...}.
+  """
+  data_dir = epath.Path(config.data.data_dir)
+  train = read_conll(data_dir / "train.txt", config.data.drop_punctuation)
+  test = read_conll(data_dir / "test.txt", config.data.drop_punctuation)
+  if config.data.max_train_sentences:
+    train = train[:config.data.max_train_sentences]
+  words = build_vocabulary([w for w, _ in train], config.data.min_count)
+  endings = build_vocabulary([suffixes(w, config.model.suffix_lengths)
+                              for s, _ in train for w in s], config.data.min_count)
+  tags = build_tags([t for _, t in train])
+  params = init(jax.random.key(config.seed), config.model, len(words), len(endings), len(tags))
+  tagger = Tagger(params, config.model, words, endings, tags)
+  encoded = _encode(tagger, train, {t: i for i, t in enumerate(tags)})
+  optimizer = optax.chain(optax.clip_by_global_norm(config.train.grad_clip),
+                          optax.adam(config.train.learning_rate))
+  opt_state = optimizer.init(params)
+
+  @jax.jit
+  def train_step(params, opt_state, batch, rng):
+    loss, grads = jax.value_and_grad(_loss)(params, config.model, batch, rng)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  rng = jax.random.key(config.seed + 1)
+  order_rng = np.random.default_rng(config.seed)
+  for epoch in range(1, config.train.num_epochs + 1):
+    start, losses = time.time(), []
+    for batch in _batches(encoded, config.data.batch_size, order_rng):
+      rng, step_rng = jax.random.split(rng)
+      params, opt_state, loss = train_step(params, opt_state, batch, step_rng)
+      losses.append(loss)
+    print(json.dumps({"epoch": epoch, "train_loss": round(float(np.mean(losses)), 4),
+                      "seconds": round(time.time() - start, 1)}), flush=True)
+  tagger = tagger._replace(params=params)
+  metrics = {
+      "test_accuracy": accuracy(tagger, test),
+      "train_accuracy": accuracy(tagger, train),
+      "majority_baseline": majority_baseline(train, test),
+      "num_params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
+      "test_tokens": sum(len(w) for w, _ in test),
+  }
+  save(tagger, workdir, metrics)
+  print(json.dumps(metrics), flush=True)
+  return metrics
