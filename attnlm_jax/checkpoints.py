@@ -1,0 +1,179 @@
+"""Checkpoints of a training run (Orbax), and the files saved beside them.
+
+Layout of a workdir:
+    config.json        the config of the run (vocab_size filled in), written once
+    vocab.json         the vocabulary (`Vocabulary.save`), written once
+    checkpoints/<step>/  Orbax checkpoints: `state` (params, opt_state, rng, step) and `meta`
+                       (JSON: epoch, data iterator position, learning rate, early stopping)
+
+The manager saves every `save_every_steps` steps and at the end of every epoch (with the
+validation perplexity as its metric) and keeps two checkpoints: the latest, to resume from,
+and the best by validation perplexity, to roll back to and evaluate. A workdir whose
+vocabulary or parameter shapes do not fit the config is refused before anything is written.
+"""
+
+import json
+from typing import Any, Optional
+
+from etils import epath
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers
+
+from attnlm_jax import errors
+from attnlm_jax import logging_utils
+from attnlm_jax.data import vocab as vocab_lib
+
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.json"
+CHECKPOINT_DIR = "checkpoints"
+METRIC = "valid_perplexity"
+
+
+class CheckpointError(errors.UserError):
+  """A workdir that cannot be used: no checkpoint, or one made for another config."""
+
+
+class Checkpoints:
+  """The Orbax manager of `workdir/checkpoints`: latest + best by validation perplexity."""
+
+  def __init__(self, workdir: epath.Path, save_every_steps: int = 0, read_only: bool = False):
+    """Opens (or, unless read_only, creates) the checkpoint directory.
+
+    Args:
+      workdir: the run's directory.
+      save_every_steps: interval of step checkpoints (0: only at epoch ends).
+      read_only: open for restoring only.
+    """
+    logging_utils.quiet_libraries()
+    self._save_every_steps = save_every_steps
+    options = ocp.CheckpointManagerOptions(
+        preservation_policy=checkpoint_managers.AnyPreservationPolicy([
+            checkpoint_managers.LatestN(1),
+            checkpoint_managers.BestN(get_metric_fn=lambda m: m[METRIC], reverse=True, n=1,
+                                      keep_checkpoints_without_metrics=False)]),
+        best_fn=lambda m: m[METRIC], best_mode="min",
+        cleanup_tmp_directories=not read_only, read_only=read_only, create=not read_only)
+    self.directory = epath.Path(workdir) / CHECKPOINT_DIR
+    self._manager = ocp.CheckpointManager(
+        self.directory, options=options,
+        item_handlers={"state": ocp.StandardCheckpointHandler(),
+                       "meta": ocp.JsonCheckpointHandler()})
+
+  def latest_step(self) -> Optional[int]:
+    """The step of the latest checkpoint, or None."""
+    return self._manager.latest_step()
+
+  def best_step(self) -> Optional[int]:
+    """The step of the epoch-end checkpoint with the lowest validation perplexity, or None."""
+    return self._manager.best_step()
+
+  def should_save(self, step: int) -> bool:
+    """True when `step` is a multiple of `save_every_steps` (> 0)."""
+    return self._save_every_steps > 0 and step % self._save_every_steps == 0
+
+  def save(self, step: int, state: Any, meta: dict,
+           valid_perplexity: Optional[float] = None) -> None:
+    """Saves (asynchronously) `state` (a pytree) and `meta` (JSON) as checkpoint `step`.
+
+    Args:
+      step: the number of training steps taken.
+      state: {"params", "opt_state", "rng", "step"} (host or single-device arrays).
+      meta: epoch, iterator position, learning rate, early stopping (JSON-serialisable).
+      valid_perplexity: given at epoch ends; makes the checkpoint a candidate for "best".
+    """
+    metrics = None if valid_perplexity is None else {METRIC: float(valid_perplexity)}
+    self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                     meta=ocp.args.JsonSave(meta)),
+                       metrics=metrics, force=True)
+
+  def restore(self, step: int, target: Any) -> tuple[Any, dict]:
+    """(state, meta) of checkpoint `step`; `target` gives the tree and shapes (abstract)."""
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    return restored["state"], restored["meta"]
+
+  def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
+    """{"embed": (V, H), "lstm/0/...": ...} of the parameters saved at `step`."""
+    tree = self._manager.item_metadata(step)["state"].tree
+    return _shapes(tree["params"])
+
+  def wait(self) -> None:
+    """Blocks until pending saves are written."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    """Waits for pending saves and releases the manager."""
+    self._manager.close()
+
+
+def _shapes(tree) -> dict[str, tuple[int, ...]]:
+  """Flattens a tree of arrays (or Orbax metadata) to {"a/0/b": shape}."""
+  def name(path) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+  leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {name(path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def check_compatible(workdir: epath.Path, vocab: vocab_lib.Vocabulary, params: Any) -> None:
+  """Raises CheckpointError when the workdir was made with another vocabulary or shapes.
+
+  Args:
+    workdir: the run's directory (may be new or empty: then nothing is checked).
+    vocab: the vocabulary of the current data.
+    params: the parameters (or their `jax.eval_shape`) the current config builds.
+  """
+  vocab_path = workdir / VOCAB_FILE
+  if vocab_path.exists():
+    saved = vocab_lib.Vocabulary.load(vocab_path)
+    if saved.fingerprint() != vocab.fingerprint():
+      raise CheckpointError(
+          f"{vocab_path} holds another vocabulary ({len(saved)} words, fingerprint "
+          f"{saved.fingerprint()}) than this config's data ({len(vocab)} words, "
+          f"{vocab.fingerprint()}): use a new --workdir or the data it was trained on")
+  if not (workdir / CHECKPOINT_DIR).exists():
+    return
+  checkpoints = Checkpoints(workdir, read_only=True)
+  step = checkpoints.latest_step()
+  if step is None:
+    return
+  saved_shapes, shapes = checkpoints.param_shapes(step), _shapes(params)
+  for name in sorted(saved_shapes.keys() | shapes.keys()):
+    if saved_shapes.get(name) != shapes.get(name):
+      raise CheckpointError(
+          f"the checkpoint in {checkpoints.directory} does not fit the config: parameter "
+          f"{name} has shape {saved_shapes.get(name)} there but {shapes.get(name)} in the "
+          "config: use a new --workdir or the config it was trained with "
+          f"({workdir / CONFIG_FILE})")
+
+
+def write_config_and_vocab(workdir: epath.Path, config: ml_collections.ConfigDict,
+                           vocab: vocab_lib.Vocabulary) -> None:
+  """Writes config.json and vocab.json beside the checkpoints unless they exist."""
+  workdir.mkdir(parents=True, exist_ok=True)
+  if not (workdir / CONFIG_FILE).exists():
+    (workdir / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2, sort_keys=True))
+  if not (workdir / VOCAB_FILE).exists():
+    vocab.save(workdir / VOCAB_FILE)
+
+
+def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
+  """The config.json saved in a workdir, as a locked ConfigDict."""
+  path = workdir / CONFIG_FILE
+  if not path.exists():
+    raise CheckpointError(f"{path} not found: pass --config=configs/NAME.py or the --workdir "
+                          "of a training run")
+  config = ml_collections.ConfigDict(json.loads(path.read_text()))
+  config.lock()
+  return config
+
+
+def read_vocab(workdir: epath.Path) -> vocab_lib.Vocabulary:
+  """The vocab.json saved in a workdir."""
+  path = workdir / VOCAB_FILE
+  if not path.exists():
+    raise CheckpointError(f"{path} not found: {workdir} is not the --workdir of a training "
+                          "run")
+  return vocab_lib.Vocabulary.load(path)
+

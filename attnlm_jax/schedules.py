@@ -1,0 +1,67 @@
+"""The papers' learning-rate schedules and early stopping on validation perplexity.
+
+Salton et al. (PTB, after Zaremba et al. 2015): lr 1.0, halved every epoch after epoch 12.
+WikiText-2: lr 1.0, divided by 1.15 every epoch after epoch 14. Both are one rule,
+`lr(epoch) = lr0 / divisor ** max(0, epoch - decay_after)` with 1-based epochs.
+Training stops when validation perplexity has not improved for `patience` epochs, and the
+parameters roll back to those of the best epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+def learning_rate(epoch: int, base: float, decay_after: int, divisor: float) -> float:
+  """lr of a 1-based `epoch`: base / divisor ** max(0, epoch - decay_after).
+
+  Args:
+    epoch: the epoch about to be trained, from 1.
+    base: the initial learning rate.
+    decay_after: the last epoch trained at `base`.
+    divisor: the factor the learning rate is divided by in every later epoch (2.0 halves).
+  """
+  return base / divisor ** max(0, epoch - decay_after)
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyStopping:
+  """Patience on validation perplexity.
+
+  Attributes:
+    patience: epochs without improvement after which training stops.
+    best_perplexity: the lowest validation perplexity so far (None before the first epoch).
+    best_epoch: the epoch that reached it (0 before the first epoch).
+    bad_epochs: epochs since the last improvement.
+  """
+  patience: int
+  best_perplexity: Optional[float] = None
+  best_epoch: int = 0
+  bad_epochs: int = 0
+
+  def update(self, epoch: int, perplexity: float) -> EarlyStopping:
+    """The state after an epoch with this validation perplexity (strictly lower improves)."""
+    if self.best_perplexity is None or perplexity < self.best_perplexity:
+      return dataclasses.replace(self, best_perplexity=perplexity, best_epoch=epoch,
+                                 bad_epochs=0)
+    return dataclasses.replace(self, bad_epochs=self.bad_epochs + 1)
+
+  @property
+  def improved(self) -> bool:
+    """Whether the last update set a new best."""
+    return self.best_epoch > 0 and self.bad_epochs == 0
+
+  @property
+  def should_stop(self) -> bool:
+    """True once `patience` epochs in a row have not improved."""
+    return self.bad_epochs >= self.patience
+
+  def to_dict(self) -> dict:
+    """A JSON-serialisable form (saved in every checkpoint)."""
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, state: dict) -> EarlyStopping:
+    """Inverse of `to_dict`."""
+    return cls(**state)

@@ -1,0 +1,38 @@
+"""Penn Treebank, 1 x 300 (Cao & Yu, DAS LM, Tables 1, 4, 5): one config per row.
+
+    --config=configs/das.py:model=das_lstmn         (lstm, lstmn, das, das_lstmn)
+    --config=configs/das.py:model=das_lstmn,tags=1  (POS-tag inputs from the trained tagger)
+
+Recipe of the paper: one layer of 300 units, batch 128, dropout 0.5, SGD (the paper gives no
+schedule: the default one is kept). `tags=1` reads POS tags made by the left-to-right tagger
+(`--mode=train_tagger --config=configs/tagger.py --workdir=TAGGER_DIR`) from
+`config.data.tagger_dir` (`--config.data.tagger_dir=TAGGER_DIR`); the corpus is tagged once
+and cached in TAGGER_DIR/tags/. The interpolated row (DAS-LSTMN + LSTM) mixes two trained
+runs at evaluation.
+"""
+
+import pathlib
+import runpy
+
+_DEFAULT = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
+
+# Table row -> config.model.score ("lstm" is the baseline LSTM LM).
+MODELS = {"lstm": "none", "lstmn": "lstmn", "das": "das", "das_lstmn": "das_lstmn"}
+
+
+def get_config(arg=None):
+  """The DAS-paper config for `arg` = "model=NAME[,tags=1]" (default: das_lstmn, no tags)."""
+  args = _DEFAULT["parse_arg"](arg, model="das_lstmn", tags=0)
+  if args.model not in MODELS:
+    raise ValueError(f"unknown model {args.model!r} in {arg!r}: use one of {', '.join(MODELS)}")
+  config = _DEFAULT["get_config"]()
+  config.data.batch_size = 128             # Sentences per training batch (the paper's 128).
+  config.data.tagger_dir = ""              # Trained tagger's workdir (needed with tags=1).
+  config.model.hidden_size = 300           # LSTM units = embedding size (tied softmax).
+  config.model.num_layers = 1              # One layer, as in the paper.
+  config.model.dropout = 0.5               # Dropout 0.5 in training.
+  config.model.score = MODELS[args.model]  # The model of this table row.
+  config.model.pos_tags = bool(args.tags)  # Input [word embedding; tag embedding].
+  config.model.num_tags = 0                # 0: taken from the tagger's tag list.
+  config.model.tag_size = 50               # Tag embedding size (the paper does not say).
+  return config

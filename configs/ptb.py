@@ -1,0 +1,21 @@
+"""Penn Treebank, 2 x 650 (Salton et al. 2017, 2018): one config per row of the table.
+
+    --config=configs/ptb.py:score=single     (none, proj, single, combined, average, conv1x1)
+
+Recipe: dropout 0.5, SGD lr 1.0 halved every epoch after epoch 12, patience 10, batch 32,
+max_len 35, forget-gate bias 1.0 for the averaging model.
+"""
+
+import pathlib
+import runpy
+
+_DEFAULT = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
+
+
+def get_config(arg=None):
+  """The PTB config for `arg` = "score=NAME" (default: single)."""
+  args = _DEFAULT["parse_arg"](arg, score="single")
+  config = _DEFAULT["get_config"]()
+  config.model.score = args.score          # The attention score of this table row.
+  config.model.forget_bias = 1.0 if args.score == "average" else 0.0  # Averaging LM: 1.0.
+  return config

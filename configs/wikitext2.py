@@ -1,0 +1,28 @@
+"""WikiText-2, 2 x 1000 (Salton & Kelleher 2018): one config per row of the table.
+
+    --config=configs/wikitext2.py:score=single  (none, proj, single, combined, average, conv1x1)
+
+Recipe: dropout 0.65, SGD lr 1.0 divided by 1.15 every epoch after epoch 14, patience 10,
+batch 32, max_len 35, forget-gate bias 1.0 for the averaging model.
+"""
+
+import pathlib
+import runpy
+
+_DEFAULT = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
+
+
+def get_config(arg=None):
+  """The WikiText-2 config for `arg` = "score=NAME" (default: single)."""
+  args = _DEFAULT["parse_arg"](arg, score="single")
+  config = _DEFAULT["get_config"]()
+  config.data.corpus = "wikitext2"         # Sentences split from WikiText-2 paragraphs.
+  config.data.data_dir = str(_DEFAULT["DATA_ROOT"] / "wikitext-2")  # wiki.*.tokens files.
+  config.model.hidden_size = 1000          # 2 x 1000 units, embeddings 1000, tied.
+  config.model.dropout = 0.65              # Non-recurrent dropout.
+  config.model.score = args.score          # The attention score of this table row.
+  config.model.forget_bias = 1.0 if args.score == "average" else 0.0  # Averaging LM: 1.0.
+  config.train.lr_decay_after = 14         # Decay starts after epoch 14 ...
+  config.train.lr_decay_divisor = 1.15     # ... dividing the lr by 1.15 every epoch.
+  config.train.num_epochs = 60             # Maximum number of epochs.
+  return config

@@ -1,0 +1,109 @@
+"""Checkpoints: latest + best kept, workdir checks, and resuming after kill -9."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from etils import epath
+import jax
+import numpy as np
+import pytest
+
+from attnlm_jax import checkpoints
+from attnlm_jax import evaluate
+from attnlm_jax import train
+from attnlm_jax.data import vocab as vocab_lib
+import tiny_config
+
+
+def _state(value: float) -> dict:
+  return {"params": {"embed": np.full((5, 4), value, np.float32),
+                     "lstm": [{"w": np.full((3,), value, np.float32)}]},
+          "rng": np.array([0, value], np.uint32), "step": np.asarray(int(value), np.int64)}
+
+
+def test_keeps_latest_and_best_and_round_trips(tmp_path):
+  ckpt = checkpoints.Checkpoints(epath.Path(tmp_path), save_every_steps=2)
+  assert [ckpt.should_save(s) for s in (1, 2, 3, 4)] == [False, True, False, True]
+  for step, ppl in [(1, 10.0), (2, 8.0), (3, None), (4, 9.0), (5, None)]:
+    ckpt.save(step, _state(step), {"epoch": step, "iterator": {"next_index": step}}, ppl)
+  ckpt.wait()
+  assert (ckpt.latest_step(), ckpt.best_step()) == (5, 2)
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "5"]
+  state, meta = ckpt.restore(2, _state(0))
+  ckpt.close()
+  assert meta == {"epoch": 2, "iterator": {"next_index": 2}}
+  for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(_state(2))):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_refuses_another_vocabulary(tmp_path):
+  vocab_lib.Vocabulary.build([["a", "b"]]).save(tmp_path / checkpoints.VOCAB_FILE)
+  other = vocab_lib.Vocabulary.build([["a", "c"]])
+  with pytest.raises(checkpoints.CheckpointError, match="another vocabulary"):
+    checkpoints.check_compatible(epath.Path(tmp_path), other, _state(1)["params"])
+
+
+def test_refuses_other_parameter_shapes(tmp_path):
+  vocab = vocab_lib.Vocabulary.build([["a", "b"]])
+  vocab.save(tmp_path / checkpoints.VOCAB_FILE)
+  ckpt = checkpoints.Checkpoints(epath.Path(tmp_path))
+  ckpt.save(1, _state(1), {})
+  ckpt.close()
+  checkpoints.check_compatible(epath.Path(tmp_path), vocab, _state(2)["params"])  # fits
+  wider = {**_state(1)["params"], "embed": np.zeros((5, 6), np.float32)}
+  with pytest.raises(checkpoints.CheckpointError, match=r"embed has shape \(5, 4\) there"):
+    checkpoints.check_compatible(epath.Path(tmp_path), vocab, wider)
+
+
+def _command(workdir) -> list[str]:
+  # 2 epochs x 50 steps; step checkpoints every 20 steps; a metrics line every step.
+  return [sys.executable, "-m", "attnlm_jax.main", *tiny_config.flags(
+      train__log_every_steps=1), f"--workdir={workdir}"]
+
+
+def _run(workdir) -> None:
+  subprocess.run(_command(workdir), cwd=tiny_config.REPO, check=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _last_step(workdir) -> int:
+  path = workdir / "metrics.jsonl"
+  lines = path.read_text().splitlines() if path.exists() else []
+  return max([json.loads(l)["step"] for l in lines if l.endswith("}")] or [0])
+
+
+def _checkpointed_params(workdir):
+  model = evaluate.load(workdir)
+  ckpt = checkpoints.Checkpoints(epath.Path(workdir), read_only=True)
+  latest, meta = ckpt.restore(ckpt.latest_step(), train.initial_state(model.config,
+                                                                      model.params))
+  ckpt.close()
+  return model.step, model.params, latest, meta
+
+
+def test_kill_9_then_rerun_ends_like_an_uninterrupted_run(tmp_path):
+  _run(tmp_path / "whole")
+  interrupted = tmp_path / "interrupted"
+  process = subprocess.Popen(_command(interrupted), cwd=tiny_config.REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 120
+  while _last_step(interrupted) < 65 and process.poll() is None:
+    assert time.monotonic() < deadline
+    time.sleep(0.01)
+  os.kill(process.pid, signal.SIGKILL)
+  assert process.wait() == -signal.SIGKILL, "training ended before it could be killed"
+  killed_at = _last_step(interrupted)
+  assert 65 <= killed_at < 100
+  _run(interrupted)
+  starts = [json.loads(l) for l in (interrupted / "metrics.jsonl").read_text().splitlines()
+            if '"event": "start"' in l]
+  assert 0 < starts[-1]["step"] <= killed_at            # resumed from a checkpoint
+  whole = _checkpointed_params(tmp_path / "whole")
+  resumed = _checkpointed_params(interrupted)
+  assert whole[0] == resumed[0] and whole[3] == resumed[3]
+  for a, b in zip(jax.tree.leaves(whole[1:3]), jax.tree.leaves(resumed[1:3])):
+    np.testing.assert_array_equal(a, b)

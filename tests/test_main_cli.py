@@ -1,0 +1,99 @@
+"""The command line: evaluate / score / generate output, and one-line errors."""
+
+import hashlib
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import tiny_config
+
+
+def _main(*args, check=True) -> subprocess.CompletedProcess:
+  result = subprocess.run([sys.executable, "-m", "attnlm_jax.main", *map(str, args)],
+                          cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300)
+  if check:
+    assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+  """A workdir trained for one epoch with the tiny config."""
+  path = tmp_path_factory.mktemp("run")
+  _main(*tiny_config.flags(train__num_epochs=1), f"--workdir={path}")
+  return path
+
+
+@pytest.fixture(scope="module")
+def valid_result(workdir):
+  return json.loads(_main("--mode=evaluate", f"--workdir={workdir}").stdout.splitlines()[-1])
+
+
+def _snapshot(path) -> dict:
+  """Hash of every file under `path`, to show nothing was written."""
+  return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+          for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_evaluate_prints_one_json_object_last(valid_result):
+  assert {"split", "perplexity", "perplexity_paper_convention", "tokens", "sentences",
+          "step"} <= valid_result.keys()
+  assert valid_result["split"] == "valid"
+  assert valid_result["sentences"] == 2000          # the embedded valid split
+  assert valid_result["perplexity"] == pytest.approx(
+      math.exp(valid_result["nll"] / valid_result["tokens"]))
+  assert 1 < valid_result["perplexity_paper_convention"] < valid_result["perplexity"]
+
+
+def test_score_log_probs_sum_to_the_evaluate_nll(workdir, valid_result, tmp_path):
+  from attnlm_jax import data  # pylint: disable=g-import-not-at-top
+  corpus = data.read_split("embedded", "", "valid")
+  (tmp_path / "valid.txt").write_text("\n".join(" ".join(s) for s in corpus.sentences))
+  _main("--mode=score", f"--workdir={workdir}", f"--input={tmp_path / 'valid.txt'}",
+        f"--output={tmp_path / 'scores.jsonl'}")
+  rows = [json.loads(l) for l in (tmp_path / "scores.jsonl").read_text().splitlines()]
+  assert len(rows) == len(corpus.sentences)
+  assert rows[0]["tokens"][-1] == "<eos>"
+  assert len(rows[0]["tokens"]) == len(rows[0]["log_probs"]) == len(corpus.sentences[0]) + 1
+  assert all(lp <= 0 for row in rows for lp in row["log_probs"])
+  assert sum(len(r["log_probs"]) for r in rows) == valid_result["tokens"]
+  total = sum(sum(r["log_probs"]) for r in rows)
+  assert -total == pytest.approx(valid_result["nll"], rel=1e-4)
+
+
+def test_generate_is_reproducible_for_a_seed(workdir):
+  args = ("--mode=generate", f"--workdir={workdir}", "--prompt=the", "--num_tokens=20")
+  first = _main(*args, "--seed=3").stdout.strip()
+  assert first == _main(*args, "--seed=3").stdout.strip()
+  assert first.split()[0] == "the" and len(first.split()) == 21
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--config.model.no_such_key=1", "unknown config key --config.model.no_such_key:"),
+    ("--config.model.score=bogus", "unknown score 'bogus'"),
+    ("--config.model.hidden_size=24", "does not fit the config"),
+    ("--config.data.corpus=ptb", "data directory"),
+])
+def test_user_errors_are_one_line_and_write_nothing(workdir, flag, message):
+  before = _snapshot(workdir)
+  extra = ["--config.data.data_dir=/nonexistent/ptb"] if "corpus" in flag else []
+  result = _main(*tiny_config.flags(), flag, *extra, f"--workdir={workdir}", check=False)
+  assert result.returncode == 1
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
+  assert message in lines[0]
+  assert _snapshot(workdir) == before
+
+
+def test_analyze_writes_heatmap_entropy_and_probe_files(workdir, tmp_path):
+  out = tmp_path / "analysis_run"
+  result = _main("--mode=analyze", f"--workdir={out}", f"--workdirs={workdir}",
+                 "--sentences=the keys to the cabinet are on the table")
+  summary = json.loads(result.stdout.splitlines()[-1])
+  written = {p.name for p in (out / "analysis").iterdir()}
+  assert {"attention.png", "attention.json", "entropy.png", "entropy.json"} <= written
+  assert any(name.startswith("probe") and name.endswith(".png") for name in written)
+  assert summary
