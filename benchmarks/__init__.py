@@ -1,0 +1,1 @@
+"""Benchmarks of attnlm_jax against a PyTorch peer (documented commands, not tests)."""

@@ -1,0 +1,297 @@
+"""Training and evaluation throughput of attnlm_jax against a PyTorch peer, in one process.
+
+    python -m benchmarks.throughput --shape=ptb_medium --score=single [--steps 20 --warmup 2
+        --rounds 3 --compute_dtype=float32]
+
+Both sides run on the very same batches of real sentences (the first `--steps` batches of the
+corpus's first training epoch), alternating JAX and PyTorch measurement by measurement for
+`--rounds` rounds, after warm-up; each figure is the median over the rounds:
+
+- jax_train_padded / jax_eval_padded: this project's pmapped `train.train_step` (forward,
+  backward, clip at global norm 5, SGD; parameters and optimizer state donated) and
+  `train.eval_step` on the papers' protocol: rows truncated and padded to max_len 35, batch 32.
+- jax_train_bucketed / jax_eval_bucketed: the same sentences bucketed by length (the data
+  pipeline's `batching.train_plan` with bucket=True over the measured batches), each batch
+  padded to its longest row. This is the project's default for training.
+- torch_train_padded / torch_eval_padded: `benchmarks.torch_peer` on the padded batches.
+- gemm: this machine's fp32 matmul rate (2048 x 2048, best of numpy and XLA), measured in
+  the same run: the roofline (and XLA's bfloat16-input rate beside it, for reference).
+
+It prints one JSON line: real (non-pad) tokens/s of each measurement, the JAX/PyTorch ratios,
+the JAX compile times, the useful FLOPs per real token (`useful_flops`) and each measurement's
+fraction of the sgemm roofline (useful FLOPs per token x tokens/s / sgemm FLOP/s).
+"""
+
+import functools
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Callable
+
+from absl import app
+from absl import flags
+from flax import jax_utils
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from attnlm_jax import data as data_lib
+from attnlm_jax import models
+from attnlm_jax import train
+from attnlm_jax.data import batching
+from attnlm_jax.errors import UserError
+from benchmarks.shapes import BATCH_SIZE
+from benchmarks.shapes import data_config
+from benchmarks.shapes import MAX_LEN
+from benchmarks.shapes import model_config
+from benchmarks.shapes import SHAPES
+
+flags.DEFINE_enum("shape", "ptb_medium", list(SHAPES), "Model shape and corpus.")
+flags.DEFINE_string("score", "single", "Attention score (config.model.score).")
+flags.DEFINE_integer("steps", 20, "Measured batches per measurement.")
+flags.DEFINE_integer("warmup", 2, "Warm-up steps before each measurement.")
+flags.DEFINE_integer("rounds", 3, "Alternating rounds; figures are medians over rounds.")
+flags.DEFINE_enum("compute_dtype", "float32", list(models.COMPUTE_DTYPES),
+                  "JAX matmul input dtype (the PyTorch peer stays float32).")
+FLAGS = flags.FLAGS
+
+
+class BenchmarkError(UserError):
+  """A benchmark setting that cannot run."""
+
+
+def measured_batches(data: data_lib.LMData, num_batches: int) -> dict:
+  """The same sentences as padded batches (width max_len) and as bucketed batches.
+
+  Returns:
+    {"padded": [batch], "bucketed": [batch]}; each batch a dict of numpy arrays.
+  """
+  plan = data.train_plan(epoch=1)[:num_batches]
+  if len(plan) < num_batches:
+    raise BenchmarkError(f"--steps={num_batches} exceeds the {len(plan)} training batches "
+                         "of the corpus: use fewer steps")
+  tokens = data.split("train").tokens
+  starts, lengths = data.units("train")
+
+  def make(rows, width=None):
+    row_lengths = batching.row_lengths(rows, lengths, MAX_LEN)
+    return batching.make_batch(tokens, starts[np.maximum(rows, 0)], row_lengths,
+                               width or int(row_lengths.max()))
+
+  units = plan.reshape(-1)
+  bucket_plan = batching.train_plan(np.minimum(lengths[units], MAX_LEN), BATCH_SIZE,
+                                    seed=0, epoch=1, bucket=True, max_len=MAX_LEN)
+  return {"padded": [make(rows, MAX_LEN) for rows in plan],
+          "bucketed": [make(units[rows]) for rows in bucket_plan]}
+
+
+def useful_flops(config, lengths: np.ndarray, train_step: bool) -> float:
+  """Useful FLOPs of one batch with row `lengths` (real tokens only; padding is waste).
+
+  A multiply-add counts 2, an elementwise add 1; nonlinearities, softmax normalisation and
+  the SGD update are not counted. Per real token at position t (0-based; the memory holds
+  t + 1 slots, the zero slot included), with H hidden units, N layers, V words:
+
+    LSTM         N x 2 x (4H x 2H)          (input and recurrent gate matmuls)
+    softmax      2 H V                      (tied output layer)
+    merge head   2 x (2H x H) = 4H^2        (`proj`: 2H^2; `none`: 0)
+    single       2H^2 + 2H                  (key and score of the token's own slot, once)
+                 + 2H (t + 1)               (weighted sum c_t)
+    combined     2H^2 + 2H^2                (key of its slot, query W_q h_t)
+                 + 3H (t + 1) + 2H (t + 1)  (tanh(k + q) . v per slot, weighted sum)
+    average      2H (t + 1)                 (the weighted sum with uniform weights)
+
+  A training step is 3x the forward (the backward pass does two matmuls per forward one).
+  """
+  h, v = config.hidden_size, config.vocab_size
+  per_token = (config.num_layers * 2 * 4 * h * 2 * h + 2 * h * v
+               + {"none": 0, "proj": 2 * h * h}.get(config.score, 4 * h * h))
+  per_slot = 0
+  if config.score == "single":
+    per_token += 2 * h * h + 2 * h
+    per_slot = 2 * h
+  elif config.score == "combined":
+    per_token += 4 * h * h
+    per_slot = 5 * h
+  elif config.score == "average":
+    per_slot = 2 * h
+  n = lengths.astype(np.float64)
+  forward = per_token * n.sum() + per_slot * (n * (n + 1) / 2).sum()
+  return float(forward * (3 if train_step else 1))
+
+
+def gemm_flops(size: int = 2048, repeats: int = 5) -> dict:
+  """Matmul FLOP/s on this machine (best of `repeats`): fp32 with numpy and with XLA, and
+  XLA with bfloat16 inputs and float32 accumulation (as `compute_dtype=bfloat16` does)."""
+  a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+  flops = 2.0 * size ** 3
+
+  def best(fn):
+    fn()
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      fn()
+      times.append(time.perf_counter() - start)
+    return flops / min(times)
+
+  matmul = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
+  fp32, bf16 = jnp.asarray(a), jnp.asarray(a, jnp.bfloat16)
+  return {"numpy_fp32": best(lambda: a @ a),
+          "xla_fp32": best(lambda: matmul(fp32, fp32).block_until_ready()),
+          "xla_bf16": best(lambda: matmul(bf16, bf16).block_until_ready())}
+
+
+def time_loop(run: Callable[[dict], object], batches: list, warmup: int,
+              finish: Callable[[object], None]) -> float:
+  """Seconds for `run` over `batches` after `warmup` steps; `finish` waits for the result."""
+  for batch in (batches * warmup)[:warmup]:
+    finish(run(batch))
+  start = time.perf_counter()
+  out = None
+  for batch in batches:
+    out = run(batch)
+  finish(out)
+  return time.perf_counter() - start
+
+
+class JaxSide:
+  """This project's pmapped training and evaluation steps with their state."""
+
+  def __init__(self, config: ml_collections.ConfigDict, params: dict):
+    train_config = ml_collections.ConfigDict({"learning_rate": 1.0, "grad_clip": 5.0})
+    optimizer = train.make_optimizer(train_config)
+    self.p_train = jax.pmap(
+        functools.partial(train.train_step, model_config=config, optimizer=optimizer),
+        axis_name=train.AXIS, donate_argnums=(0, 1))
+    self.p_eval = train.pmapped_eval_step(config)
+    self.params = jax_utils.replicate(params)
+    self.opt_state = jax_utils.replicate(optimizer.init(models.trainable(params)))
+    self.rng = jax_utils.replicate(jax.random.PRNGKey(0))
+    self.lr = jax_utils.replicate(np.float32(1.0))
+    self.step = jax_utils.replicate(np.int32(0))
+
+  @staticmethod
+  def device_batches(batches: list) -> list:
+    """Batches sharded over the local devices and placed on them."""
+    return [jax.device_put(train.shard_batch(b)) for b in batches]
+
+  def train(self, batch):
+    self.params, self.opt_state, metrics = self.p_train(
+        self.params, self.opt_state, batch, self.rng, self.step, self.lr)
+    return metrics
+
+  def eval(self, batch):
+    return self.p_eval(self.params, batch)
+
+
+def first_call_seconds(run: Callable, batch, finish: Callable) -> float:
+  """Wall time of the first call (compilation plus one step)."""
+  start = time.perf_counter()
+  finish(run(batch))
+  return time.perf_counter() - start
+
+
+def benchmark(shape_name: str, score: str, steps: int, warmup: int, rounds: int,
+              compute_dtype: str) -> dict:
+  """Runs every measurement and returns the JSON record."""
+  from benchmarks import torch_peer  # pylint: disable=g-import-not-at-top  (optional extra)
+  import torch  # pylint: disable=g-import-not-at-top
+
+  threads = len(os.sched_getaffinity(0))
+  torch.set_num_threads(threads)
+  shape = SHAPES[shape_name]
+  data = data_lib.load(data_config(shape.corpus))
+  config = model_config(shape, score, len(data.vocab), compute_dtype)
+  peer = torch_peer.AttentiveLM(config.vocab_size, shape.hidden_size, shape.num_layers,
+                                score, shape.dropout, config.zero_slot)
+  params = models.init(jax.random.PRNGKey(0), config)
+  torch_peer.load_jax_params(peer, params)
+  peer_optimizer = torch.optim.SGD(peer.parameters(), lr=1.0)
+
+  host = measured_batches(data, steps)
+  jax_side = JaxSide(config, params)
+  jax_batches = {k: JaxSide.device_batches(v) for k, v in host.items()}
+  torch_batches = [torch_peer.to_torch(b) for b in host["padded"]]
+  tokens = float(sum(b["lengths"].sum() for b in host["padded"]))
+  lengths = np.concatenate([b["lengths"] for b in host["padded"]])
+
+  block = jax.block_until_ready
+  compile_s = {
+      "train": first_call_seconds(jax_side.train, jax_batches["padded"][0], block),
+      "eval": first_call_seconds(jax_side.eval, jax_batches["padded"][0], block)}
+  widths = {b["inputs"].shape[-1]: b for b in jax_batches["bucketed"]}
+  start = time.perf_counter()
+  for batch in widths.values():   # one compilation per bucket width, outside the timing
+    block(jax_side.train(batch))
+    block(jax_side.eval(batch))
+  compile_s["bucket_widths"] = len(widths)
+  compile_s["bucketed_train_and_eval"] = time.perf_counter() - start
+
+  measures = {
+      "jax_train_padded": (jax_side.train, jax_batches["padded"], block),
+      "torch_train_padded": (lambda b: torch_peer.train_step(peer, peer_optimizer, b),
+                             torch_batches, lambda x: x.item()),
+      "jax_eval_padded": (jax_side.eval, jax_batches["padded"], block),
+      "torch_eval_padded": (lambda b: torch_peer.eval_step(peer, b), torch_batches,
+                            lambda x: x.item()),
+      "jax_train_bucketed": (jax_side.train, jax_batches["bucketed"], block),
+      "jax_eval_bucketed": (jax_side.eval, jax_batches["bucketed"], block),
+  }
+  seconds = {name: [] for name in measures}
+  for _ in range(rounds):
+    for name, (run, batches, finish) in measures.items():
+      seconds[name].append(time_loop(run, batches, warmup, finish))
+  rate = {name: tokens / statistics.median(s) for name, s in seconds.items()}
+
+  gemm = gemm_flops()
+  roofline = max(gemm["numpy_fp32"], gemm["xla_fp32"])
+  flops = {"train": useful_flops(config, lengths, True) / tokens,
+           "eval": useful_flops(config, lengths, False) / tokens}
+  rows = {k: np.stack([b["lengths"] for b in v]) for k, v in host.items()}
+  return {
+      "shape": shape_name, "score": score, "compute_dtype": compute_dtype,
+      "corpus": data.config.corpus, "vocab_size": config.vocab_size,
+      "hidden_size": shape.hidden_size, "num_layers": shape.num_layers,
+      "batch_size": BATCH_SIZE, "max_len": MAX_LEN, "steps": steps, "rounds": rounds,
+      "real_tokens": int(tokens), "jax_devices": jax.local_device_count(),
+      "threads": {"jax": threads, "torch": torch.get_num_threads()},
+      "versions": {"jax": jax.__version__, "torch": torch.__version__},
+      "pad_fraction": {"padded": batching.pad_fraction(rows["padded"], MAX_LEN),
+                       "bucketed": batching.pad_fraction(rows["bucketed"])},
+      "tokens_per_s": {k: round(v, 1) for k, v in rate.items()},
+      "ratio_jax_over_torch": {
+          "train_padded": rate["jax_train_padded"] / rate["torch_train_padded"],
+          "eval_padded": rate["jax_eval_padded"] / rate["torch_eval_padded"],
+          "train_defaults": rate["jax_train_bucketed"] / rate["torch_train_padded"],
+          "eval_defaults": rate["jax_eval_bucketed"] / rate["torch_eval_padded"]},
+      "compile_s": compile_s,
+      "gemm_gflops": {k: v / 1e9 for k, v in gemm.items()},
+      "useful_flops_per_token": flops,
+      "roofline_fraction": {
+          name: flops["train" if "train" in name else "eval"] * r / roofline
+          for name, r in rate.items()},
+  }
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    sys.exit(f"error: unexpected arguments: {' '.join(argv[1:])}")
+  try:
+    import torch  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    sys.exit("error: the PyTorch peer needs torch: pip install '.[bench]'")
+  from benchmarks import torch_peer  # pylint: disable=g-import-not-at-top
+  try:
+    record = benchmark(FLAGS.shape, FLAGS.score, FLAGS.steps, FLAGS.warmup, FLAGS.rounds,
+                       FLAGS.compute_dtype)
+  except (UserError, data_lib.CorpusError, torch_peer.PeerError) as e:
+    sys.exit(f"error: {' '.join(str(e).split())}")
+  print(json.dumps(record))
+
+
+if __name__ == "__main__":
+  app.run(main)

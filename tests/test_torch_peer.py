@@ -1,0 +1,106 @@
+"""The PyTorch peer of the benchmarks computes the same loss and gradients as the JAX model."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnlm_jax import losses
+from attnlm_jax import models
+
+torch = pytest.importorskip("torch")
+from benchmarks import torch_peer  # noqa: E402  pylint: disable=g-import-not-at-top
+
+VOCAB, HIDDEN, STEPS = 29, 8, 7
+
+
+def tiny_config(score):
+  config = models.default_config()
+  config.update(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=2, max_len=STEPS,
+                score=score, dropout=0.0)
+  return config
+
+
+def random_params(config):
+  """Params with every leaf random (biases too), so no term hides at 0."""
+  params = models.init(jax.random.key(3), config)
+  leaves, treedef = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(4), len(leaves))
+  return jax.tree.unflatten(treedef, [leaf + 0.3 * jax.random.normal(k, leaf.shape)
+                                      for k, leaf in zip(keys, leaves)])
+
+
+def random_batch():
+  rng = np.random.default_rng(0)
+  lengths = np.array([STEPS, 4, 1, 6], np.int32)
+  inputs = rng.integers(1, VOCAB, (len(lengths), STEPS)).astype(np.int32)
+  targets = rng.integers(1, VOCAB, (len(lengths), STEPS)).astype(np.int32)
+  pad = np.arange(STEPS)[None, :] >= lengths[:, None]
+  inputs[pad] = targets[pad] = 0
+  return {"inputs": inputs, "targets": targets, "lengths": lengths}
+
+
+@pytest.mark.parametrize("score", torch_peer.SCORES)
+def test_loss_and_gradients_agree(score):
+  config = tiny_config(score)
+  params = random_params(config)
+  batch = random_batch()
+
+  def jax_loss(params):
+    logits = models.apply(params, config, batch["inputs"], batch["lengths"], train=True,
+                          rng=jax.random.key(0))
+    return losses.loss(logits, batch["targets"], batch["lengths"])
+
+  loss, grads = jax.value_and_grad(jax_loss)(params)
+  peer = torch_peer.AttentiveLM(VOCAB, HIDDEN, 2, score)
+  torch_peer.load_jax_params(peer, params)
+  peer.train()
+  tb = torch_peer.to_torch(batch)
+  peer_loss = torch_peer.loss_fn(peer(tb["inputs"], tb["lengths"]), tb["targets"],
+                                 tb["lengths"])
+  peer_loss.backward()
+  np.testing.assert_allclose(peer_loss.item(), float(loss), rtol=1e-5)
+  peer_grads = torch_peer.jax_layout(
+      peer, {name: p.grad for name, p in peer.named_parameters()})
+  assert jax.tree.structure(peer_grads) == jax.tree.structure(grads)
+  for got, want in zip(jax.tree.leaves(peer_grads), jax.tree.leaves(grads)):
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("score", ["single", "combined"])
+def test_train_step_is_clipped_sgd(score):
+  """One peer step moves every parameter by -lr x the JAX gradient clipped at global norm."""
+  config = tiny_config(score)
+  params = random_params(config)
+  batch = random_batch()
+  grads = jax.grad(lambda p: losses.loss(models.apply(p, config, batch["inputs"],
+                                                      batch["lengths"]),
+                                         batch["targets"], batch["lengths"]))(params)
+  norm = float(jnp.sqrt(sum(jnp.sum(g ** 2) for g in jax.tree.leaves(grads))))
+  clip = norm / 3   # the step must clip
+  want = jax.tree.map(lambda p, g: p - 0.5 * g * clip / norm, params, grads)
+  peer = torch_peer.AttentiveLM(VOCAB, HIDDEN, 2, score)
+  torch_peer.load_jax_params(peer, params)
+  torch_peer.train_step(peer, torch.optim.SGD(peer.parameters(), lr=0.5),
+                        torch_peer.to_torch(batch), grad_clip=clip)
+  got = torch_peer.jax_layout(
+      peer, {name: p.detach().clone() for name, p in peer.named_parameters()})
+  for got_leaf, want_leaf in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(got_leaf, np.asarray(want_leaf), rtol=1e-4, atol=1e-5)
+
+
+def test_eval_step_is_summed_nll():
+  config = tiny_config("average")
+  params = random_params(config)
+  batch = random_batch()
+  logits = models.apply(params, config, batch["inputs"], batch["lengths"])
+  want = losses.nll_sums(logits, batch["inputs"], batch["targets"], batch["lengths"])["nll"]
+  peer = torch_peer.AttentiveLM(VOCAB, HIDDEN, 2, "average")
+  torch_peer.load_jax_params(peer, params)
+  got = torch_peer.eval_step(peer, torch_peer.to_torch(batch))
+  np.testing.assert_allclose(got.item(), float(want), rtol=1e-5)
+
+
+def test_unknown_score_is_a_one_line_error():
+  with pytest.raises(torch_peer.PeerError, match="conv1x1.*use one of"):
+    torch_peer.AttentiveLM(VOCAB, HIDDEN, 2, "conv1x1")
