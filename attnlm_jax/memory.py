@@ -1,4 +1,4 @@
-"""The attention memory: a masked, fixed-length buffer of past states carried through a scan.
+"""The attention memory: a masked buffer of past states, or its O(1) running-mean summary.
 
 Slot 0 is the zero slot h_0 = 0 (valid when `zero_slot` is on; the released code and the
 averaging paper both have it); slots 1.. hold h_1, h_2, ... in order. At time step t the
@@ -7,19 +7,35 @@ buffer holds [h_0 = 0, h_1 .. h_{t-1}]: the context for step t is read *before* 
 Salton & Kelleher 2018, eq. 10). Positions past a sentence's length are never marked valid,
 so padding is never attended to. Once the buffer is full, new states overwrite the oldest
 ones (slots 1.. act as a ring): a sliding window over the last `capacity - 1` states.
+
+The buffer may also hold each slot's *key*, the part of the score that depends on the slot
+alone (`scores.Score.key`), computed once when the slot is written instead of at every read.
+
+`single` and `average` weight the slots by a score that does not depend on the query, so
+their context is a running softmax-weighted mean (`average`: every score 0, a plain mean)
+and needs no buffer: `RunningMean` keeps (max score m, sum_i exp(e_i - m),
+sum_i exp(e_i - m) h_i), the online softmax of Milakov & Gimelshein (2018). The same merge,
+as an associative scan over the slots, gives every step's context of a whole sequence in
+O(T D) memory (`prefix_means`).
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
+# The max score of a running mean over no valid slot: exp() of it against any real score
+# underflows to exactly 0 in float32 (as nn.masked_softmax's masked score).
+_NO_SCORE = -1e9
+
 
 class Memory(NamedTuple):
-  """states [B, L, D]; mask [B, L] (slot holds a real state); written: states written so far."""
+  """states [B, L, D]; mask [B, L] (slot holds a real state); written: states written so far;
+  keys [B, L, ...] (each slot's key, `scores.Score.key`) or None."""
   states: jax.Array
   mask: jax.Array
   written: jax.Array
+  keys: Optional[jax.Array] = None
 
 
 def empty(batch_size: int, capacity: int, dim: int, zero_slot: bool) -> Memory:
@@ -29,13 +45,23 @@ def empty(batch_size: int, capacity: int, dim: int, zero_slot: bool) -> Memory:
   return Memory(states, mask, jnp.zeros((), jnp.int32))
 
 
-def write(memory: Memory, state: jax.Array, valid: jax.Array) -> Memory:
-  """Writes `state` [B, D] into the next slot; rows with `valid` [B] False stay masked."""
+def write(memory: Memory, state: jax.Array, valid: jax.Array,
+          key: Optional[jax.Array] = None) -> Memory:
+  """Writes `state` [B, D] (and its `key` [B, ...] into `memory.keys`) into the next slot;
+  rows with `valid` [B] False stay masked."""
   capacity = memory.states.shape[1]
   slot = 1 + memory.written % (capacity - 1)
-  states = jax.lax.dynamic_update_slice_in_dim(memory.states, state[:, None], slot, axis=1)
-  mask = jax.lax.dynamic_update_slice_in_dim(memory.mask, valid[:, None], slot, axis=1)
-  return Memory(states, mask, memory.written + 1)
+  put = lambda buffer, value: jax.lax.dynamic_update_slice_in_dim(buffer, value[:, None],
+                                                                  slot, axis=1)
+  keys = memory.keys if key is None else put(memory.keys, key.astype(memory.keys.dtype))
+  return Memory(put(memory.states, state), put(memory.mask, valid), memory.written + 1, keys)
+
+
+def slot_mask(lengths: jax.Array, num_slots: int, zero_slot: bool) -> jax.Array:
+  """Which slots of [0, h_1 .. h_{L-1}] hold a real state, [B, L]: slot s >= 1 iff
+  s <= length (its output is a real token's), the zero slot iff `zero_slot`."""
+  slot = jnp.arange(num_slots)[None, :]
+  return ((slot >= 1) & (slot <= lengths[:, None])) | ((slot == 0) & zero_slot)
 
 
 def shifted(outputs: jax.Array) -> jax.Array:
@@ -50,13 +76,61 @@ def causal_mask(lengths: jax.Array, num_steps: int, zero_slot: bool) -> jax.Arra
   """Validity of slot s at step t for a whole sequence at once, [B, T, L=T] (parallel form).
 
   Counting steps from 0, step t has written its t earlier outputs into slots 1..t, so slot
-  s >= 1 is valid iff s <= t and its output is a real token's (s <= length); the zero slot is
-  valid iff `zero_slot`. This equals the mask `write` builds step by step in the scan.
+  s is visible iff s <= t, and valid iff it also holds a real state (`slot_mask`). This
+  equals the mask `write` builds step by step in the scan.
   """
-  step = jnp.arange(num_steps)[:, None]
-  slot = jnp.arange(num_steps)[None, :]
-  visible = (slot >= 1) & (slot <= step)
-  if zero_slot:
-    visible = visible | (slot == 0)
-  real = (slot[None] <= lengths[:, None, None]) | (slot[None] == 0)
-  return visible[None] & real
+  visible = jnp.arange(num_steps)[None, :] <= jnp.arange(num_steps)[:, None]      # [T, L]
+  return visible[None] & slot_mask(lengths, num_steps, zero_slot)[:, None, :]
+
+
+class RunningMean(NamedTuple):
+  """The online-softmax summary of the valid slots so far, with m = `max`:
+  total = sum_i exp(e_i - m) [B], weighted = sum_i exp(e_i - m) h_i [B, D]."""
+  max: jax.Array
+  total: jax.Array
+  weighted: jax.Array
+
+
+def _merge(a: RunningMean, b: RunningMean) -> RunningMean:
+  """The summary of two disjoint sets of slots (associative; any leading shape)."""
+  top = jax.lax.stop_gradient(jnp.maximum(a.max, b.max))   # any m gives the same mean
+  scale_a, scale_b = jnp.exp(a.max - top), jnp.exp(b.max - top)
+  return RunningMean(top, a.total * scale_a + b.total * scale_b,
+                     a.weighted * scale_a[..., None] + b.weighted * scale_b[..., None])
+
+
+def _slots(scores: jax.Array, states: jax.Array, valid: jax.Array) -> RunningMean:
+  """Each slot alone as a summary: (e_i, 1, h_i) if valid, else an empty one."""
+  weight = valid.astype(states.dtype)
+  return RunningMean(jnp.where(valid, scores, _NO_SCORE), weight, states * weight[..., None])
+
+
+def running_empty(batch_size: int, dim: int, zero_slot: bool) -> RunningMean:
+  """The summary before any write: the zero slot alone (score v . tanh(W_s 0) = 0, state 0;
+  `average`'s scores are all 0) when `zero_slot`, else no slot."""
+  batch = jnp.full((batch_size,), zero_slot, bool)
+  return _slots(jnp.zeros((batch_size,)), jnp.zeros((batch_size, dim)), batch)
+
+
+def running_write(running: RunningMean, state: jax.Array, score: jax.Array,
+                  valid: jax.Array) -> RunningMean:
+  """Adds slot h_t = `state` [B, D] with score e_t = `score` [B] where `valid` [B]."""
+  return _merge(running, _slots(score, state, valid))
+
+
+def running_read(running: RunningMean) -> jax.Array:
+  """c = sum_i a_i h_i with a = softmax(e) over the slots written, [B, D]; 0 if none."""
+  total = jnp.where(running.total > 0, running.total, 1.0)     # (where: exact gradient)
+  return running.weighted / total[..., None]
+
+
+def prefix_means(scores: jax.Array, states: jax.Array, valid: jax.Array) -> jax.Array:
+  """Every step's context of a whole sequence in O(L D) memory: for each t,
+  c_t = sum_{i<=t, valid} softmax(e)_i h_i over slots 0..t, [B, L, D].
+
+  scores [B, L], states [B, L, D], valid [B, L]. With the shifted buffer
+  [0, h_1 .. h_{T-1}] (`shifted`) and `slot_mask`, c_t is step t's context (the slots it
+  sees are exactly 0..t), equal to the buffer form with `causal_mask`.
+  """
+  summary = jax.lax.associative_scan(_merge, _slots(scores, states, valid), axis=1)
+  return running_read(summary)

@@ -15,8 +15,15 @@ Two forms compute the same function:
   buffer; each step reads the memory, then writes h_t. `step` runs this step one token at a
   time, for scoring and generation.
 - "parallel": every layer scanned on its own with its input projection hoisted out of the
-  loop as one matmul, then the attention of all steps at once as one masked batched matmul.
-  It applies because these models' context feeds only the output layer, not the recurrence.
+  loop as one matmul, then the attention of all steps at once as one masked batched matmul
+  (in blocks of queries for long sequences, `scores.attend_in_blocks`), or for `single` and
+  `average` on sequences of `streaming_min_len` steps or more as a prefix scan of running
+  means (`memory.prefix_means`, O(T H) memory). It applies because these models' context
+  feeds only the output layer, not the recurrence.
+
+In `step` the memory holds each slot's key (`scores.Score.key`, e.g. W_s h_i of `combined`)
+computed once when the slot is written, and for `single` and `average` it is an O(1)
+running mean (`memory.RunningMean`) instead of a buffer.
 
 The models whose context feeds the recurrence (`das`, `lstmn`, `das_lstmn`; `recurrent.py`)
 attend inside the scan step over buffers in the carry (the input embeddings for DAS, the h and
@@ -61,7 +68,11 @@ def default_config() -> ml_collections.ConfigDict:
   config.init_scale = 0.05        # Weights start U(-init_scale, init_scale); biases 0.
   config.attention_form = "parallel"  # "parallel" (fast) or "scan" (reference) in apply().
   config.compute_dtype = "float32"    # Matmul input dtype: "float32" or "bfloat16".
-  config.unroll = 1               # lax.scan unroll factor.
+  config.unroll = 1               # lax.scan unroll factor (1: fastest measured, docs/models.md).
+  config.streaming_min_len = 128  # single/average: sequences this long or longer use the
+                                  # O(T H) running-mean form in apply() (docs/models.md).
+  config.score_block_elements = 2**26  # Queries attend in blocks whose [B, Q, L, H] score
+                                       # tensor (combined, conv1x1) stays under this size.
   config.pos_tags = False         # Input [word embedding; POS-tag embedding] (needs tags).
   config.num_tags = 0             # Tag vocabulary size (tagger.TAG_SPECIALS included).
   config.tag_size = 50            # POS-tag embedding size.
@@ -71,7 +82,7 @@ def default_config() -> ml_collections.ConfigDict:
 class DecodeState(NamedTuple):
   """What `step` carries from one token to the next."""
   lstm: tuple          # one lstm.LSTMState per layer
-  memory: memory_lib.Memory
+  memory: memory_lib.Memory | memory_lib.RunningMean     # the running mean: single, average
   inputs: Optional[memory_lib.Memory] = None   # das: the input embeddings m_1..m_t
   tapes: Optional[recurrent.Tapes] = None      # lstmn: the h and c tapes and ~h_{t-1}
 
@@ -85,7 +96,7 @@ def validate(config) -> None:
   if config.compute_dtype not in COMPUTE_DTYPES:
     raise ConfigError(f"unknown compute_dtype {config.compute_dtype!r} "
                       f"(config.model.compute_dtype); choose one of: {', '.join(COMPUTE_DTYPES)}")
-  for field in ("vocab_size", "hidden_size", "num_layers", "max_len"):
+  for field in ("vocab_size", "hidden_size", "num_layers", "max_len", "score_block_elements"):
     if config[field] < 1 + (field == "max_len"):
       raise ConfigError(f"config.model.{field} = {config[field]} is too small")
   if not 0.0 <= config.dropout < 1.0:
@@ -210,8 +221,11 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
   if drop is not None:
     embedded = embedded * drop.embed
   parallel = config.attention_form == "parallel" and not score.feeds_recurrence
-  forward = _parallel if parallel else _scan
-  query, context, weights = forward(params, config, score, embedded, lengths, drop)
+  if parallel:
+    query, context, weights = _parallel(params, config, score, embedded, lengths, drop,
+                                        return_attention)
+  else:
+    query, context, weights = _scan(params, config, score, embedded, lengths, drop)
   features, new_stats = _head(params, config, score, query, context, valid, train)
   logits = _logits(params, features)
   outputs = (logits, weights) if return_attention else logits
@@ -245,8 +259,12 @@ def _first_gates(params: dict, embedded: jax.Array, compute_dtype) -> jax.Array:
                           compute_dtype)
 
 
-def _parallel(params, config, score, embedded, lengths, drop):
-  """Layer by layer (hoisted input projections), then all steps' attention at once."""
+def _parallel(params, config, score, embedded, lengths, drop, need_weights: bool):
+  """Layer by layer (hoisted input projections), then all steps' attention at once.
+
+  `single` and `average` sequences of `config.streaming_min_len` steps or more (unless the
+  weights are needed) take the running-mean prefix form instead of the [B, T, L] weights.
+  """
   cdt = _compute_dtype(config)
   inputs = embedded
   for depth, layer in enumerate(params["lstm"]):
@@ -260,10 +278,41 @@ def _parallel(params, config, score, embedded, lengths, drop):
   query = outputs * jnp.swapaxes(drop.output, 0, 1) if drop is not None else outputs
   if score.attend is None:
     return query, None, None
-  mask = memory_lib.causal_mask(lengths, outputs.shape[1], config.zero_slot)
-  context, weights = score.attend(params.get("score"), query, memory_lib.shifted(outputs),
-                                  mask, cdt)
+  memory, num_steps = memory_lib.shifted(outputs), outputs.shape[1]
+  if score.streaming and num_steps >= config.streaming_min_len and not need_weights:
+    slot_scores = _slot_scores(params, score, memory, cdt)
+    valid = memory_lib.slot_mask(lengths, num_steps, config.zero_slot)
+    return query, memory_lib.prefix_means(slot_scores, memory, valid), None
+  mask = memory_lib.causal_mask(lengths, num_steps, config.zero_slot)
+  context, weights = scores.attend_in_blocks(score, params.get("score"), query, memory, mask,
+                                             cdt, config.score_block_elements)
   return query, context, weights
+
+
+def _slot_scores(params, score, memory: jax.Array, compute_dtype) -> jax.Array:
+  """The query-independent scores [B, L] of a streaming score's slots [B, L, H] (0: average)."""
+  if score.key is None:
+    return jnp.zeros(memory.shape[:2], jnp.float32)
+  return score.key(params["score"], memory, compute_dtype)
+
+
+def _read_memory(params, config, score, memory, query):
+  """Step t's context [B, H] and weights [B, L] (None for a running mean) from the memory."""
+  if isinstance(memory, memory_lib.RunningMean):
+    return memory_lib.running_read(memory), None
+  context, weights = score.attend(params.get("score"), query[:, None], memory.states,
+                                  memory.mask[:, None], _compute_dtype(config), memory.keys)
+  return context[:, 0], weights[:, 0]
+
+
+def _write_memory(params, config, score, memory, h, valid):
+  """Writes h_t [B, H] (and its key, computed once here) into the memory."""
+  cdt = _compute_dtype(config)
+  if isinstance(memory, memory_lib.RunningMean):
+    return memory_lib.running_write(memory, h, _slot_scores(params, score, h[:, None], cdt)[:, 0],
+                                    valid)
+  key = None if score.key is None else score.key(params["score"], h[:, None], cdt)[:, 0]
+  return memory_lib.write(memory, h, valid, key)
 
 
 def _read_recurrent(params, config, score, carry: DecodeState, embedded, gates_x, valid):
@@ -316,12 +365,10 @@ def _time_step(params, config, score, carry: DecodeState, inputs):
     states.append(lstm.cell(layer, gates_x, previous if depth == 0 else carry.lstm[depth], cdt))
   h = states[-1].h
   query = h if drop is None else h * drop[1]
-  context = None
+  context, new_memory = None, carry.memory
   if score.attend is not None:
-    context, weights = score.attend(params.get("score"), query[:, None], carry.memory.states,
-                                    carry.memory.mask[:, None], cdt)
-    context, weights = context[:, 0], weights[:, 0]
-  new_memory = memory_lib.write(carry.memory, h, valid)
+    context, weights = _read_memory(params, config, score, carry.memory, query)
+    new_memory = _write_memory(params, config, score, carry.memory, h, valid)
   tapes = (recurrent.write_tapes(carry.tapes, states[0], previous, valid)
            if "lstmn" in score.recurrence else carry.tapes)
   new_carry = carry._replace(lstm=tuple(states), memory=new_memory, tapes=tapes)
@@ -334,7 +381,7 @@ def _scan(params, config, score, embedded, lengths, drop):
   gates_x = _first_gates(params, embedded, _compute_dtype(config))
   valid = jnp.arange(num_steps)[:, None] < lengths[None, :]                    # [T, B]
   step_drop = (drop.between.swapaxes(0, 1), drop.output) if drop is not None else None
-  carry = _initial_state(config, score, batch_size, capacity=num_steps)
+  carry = _initial_state(params, config, score, batch_size, capacity=num_steps)
   step_inputs = (embedded if score.feeds_recurrence else None, gates_x, valid, step_drop)
 
   def body(carry, inputs):
@@ -357,10 +404,21 @@ def _logits(params, features):
   return jnp.einsum("...h,vh->...v", features, params["embed"]) + params["out_bias"]
 
 
-def _initial_state(config, score, batch_size: int, capacity: int) -> DecodeState:
+def _initial_state(params, config, score, batch_size: int, capacity: int,
+                   streaming: bool = False) -> DecodeState:
+  """Zero LSTM states and empty buffers; the memory a running mean if `streaming`, else a
+  buffer of `capacity` slots (with the keys of its zero states for a score with keys; none
+  for the models without attention)."""
   hidden = config.hidden_size
   layers = tuple(lstm.zero_state(batch_size, hidden) for _ in range(config.num_layers))
-  buffer = memory_lib.empty(batch_size, capacity, hidden, config.zero_slot)
+  if streaming:
+    buffer = memory_lib.running_empty(batch_size, hidden, config.zero_slot)
+  else:
+    buffer = memory_lib.empty(batch_size, capacity if score.attend else 1, hidden,
+                              config.zero_slot)
+    if score.key is not None:
+      buffer = buffer._replace(keys=score.key(params["score"], buffer.states,
+                                              _compute_dtype(config)))
   streams, _ = _input_sizes(config, score)
   inputs = (recurrent.empty_inputs(batch_size, capacity, sum(streams.values()))
             if "das" in score.recurrence else None)
@@ -375,11 +433,13 @@ def init_state(params: dict, config, batch_size: int,
 
   capacity: memory slots (default `config.max_len`); past it the memory and the LSTMN tapes
   keep the most recent `capacity - 1` states, the DAS input buffer the last `capacity` inputs.
+  `single` and `average` keep an O(1) running mean of the whole history instead of a buffer
+  (no window: `capacity` does not bound it), so a step costs the same after any history.
   """
-  del params
   validate(config)
-  return _initial_state(config, scores.get(config.score), batch_size,
-                        capacity or config.max_len)
+  score = scores.get(config.score)
+  return _initial_state(params, config, score, batch_size, capacity or config.max_len,
+                        streaming=score.streaming)
 
 
 def step(params: dict, config, state: DecodeState, token: jax.Array,

@@ -1,7 +1,11 @@
 """The model library: equations against NumPy, the three computation paths, causality."""
 
+import functools
+import json
+
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -30,8 +34,27 @@ def random_batch(seed=0, batch_size=3, num_steps=6, vocab_size=23):
   return jnp.asarray(tokens), jnp.asarray(lengths)
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled(config_json: str, kind: str):
+  """One jitted function per (config, kind), reused across calls and tests."""
+  config = ml_collections.ConfigDict(json.loads(config_json))
+  if kind == "log_probs":
+    return jax.jit(lambda p, t, n: jax.nn.log_softmax(models.apply(p, config, t, n), axis=-1))
+
+  def body(params, state, token):
+    logits, state = models.step(params, config, state, token)
+    return state, jax.nn.log_softmax(logits)
+  return jax.jit(lambda p, s, tokens: jax.lax.scan(functools.partial(body, p), s, tokens.T)[1])
+
+
 def log_probs(params, config, tokens, lengths):
-  return jax.nn.log_softmax(models.apply(params, config, tokens, lengths), axis=-1)
+  return _compiled(config.to_json(), "log_probs")(params, tokens, lengths)
+
+
+def stepped_log_probs(params, config, tokens):
+  """Log-probs from `models.step`, one token at a time: [B, T, V]."""
+  state = models.init_state(params, config, tokens.shape[0])
+  return jnp.swapaxes(_compiled(config.to_json(), "step")(params, state, tokens), 0, 1)
 
 
 def randomized_params(config, seed=1):
@@ -180,12 +203,7 @@ def test_parallel_scan_and_step_agree(name):
   tokens, lengths = random_batch()
   parallel = log_probs(params, config, tokens, lengths)
   scanned = log_probs(params, tiny_config(name, attention_form="scan"), tokens, lengths)
-  state = models.init_state(params, config, tokens.shape[0])
-  stepped = []
-  for t in range(tokens.shape[1]):
-    logits, state = models.step(params, config, state, tokens[:, t])
-    stepped.append(jax.nn.log_softmax(logits))
-  stepped = jnp.stack(stepped, axis=1)
+  stepped = stepped_log_probs(params, config, tokens)
   real = np.arange(tokens.shape[1])[None, :] < np.asarray(lengths)[:, None]
   np.testing.assert_allclose(np.asarray(scanned)[real], np.asarray(parallel)[real], atol=1e-5)
   np.testing.assert_allclose(np.asarray(stepped)[real], np.asarray(parallel)[real], atol=1e-5)
@@ -198,8 +216,8 @@ def test_training_mode_forms_agree_with_the_same_dropout(name):
   tokens, lengths = random_batch()
   run = lambda c: models.apply(params, c, tokens, lengths, train=True, rng=jax.random.key(9),
                                mutable=True)
-  (parallel, updates_p), (scanned, updates_s) = run(config), run(tiny_config(name,
-                                                                              attention_form="scan"))
+  scan_config = tiny_config(name, attention_form="scan")
+  (parallel, updates_p), (scanned, updates_s) = run(config), run(scan_config)
   real = np.arange(tokens.shape[1])[None, :] < np.asarray(lengths)[:, None]
   np.testing.assert_allclose(np.asarray(scanned)[real], np.asarray(parallel)[real], atol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), updates_p, updates_s)
