@@ -38,5 +38,7 @@ setuptools.setup(
             "ipykernel>=6.29,<8",
         ],
         "bench": ["torch==2.13.0"],
+        # gs:// workdirs without TensorFlow (etils.epath over gcsfs); the TPU launcher installs it.
+        "gcs": ["etils[epath,epath-gcs]>=1.7,<2"],
     },
 )

@@ -4,7 +4,8 @@ All three restore the best checkpoint of a training workdir (the parameters trai
 with), with the vocabulary and, unless another is given, the config saved beside it.
 - `evaluate`: both perplexities of a split (`losses.py`) with the pmapped `train.eval_step`;
 - `score`: the natural-log probability of every token of every line of a text file
-  (`models.apply`), in the same batches as evaluation;
+  (`models.apply`), in the same batches as evaluation; `split_log_probs` gives the same for
+  every token of a split (what `ensemble.py` mixes);
 - `generate`: samples continuations of a prompt one token at a time (`models.step`).
 """
 
@@ -22,8 +23,10 @@ from attnlm_jax import checkpoints
 from attnlm_jax import data as data_lib
 from attnlm_jax import losses
 from attnlm_jax import models
+from attnlm_jax import tagger
 from attnlm_jax import train
 from attnlm_jax.data import batching
+from attnlm_jax.data import pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +51,7 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
             else config.copy_and_resolve_references())
   vocab = checkpoints.read_vocab(workdir)
   config.model.vocab_size = len(vocab)
+  tagger.set_lm_num_tags(config)
   models.validate(config.model)
   params = jax.eval_shape(functools.partial(models.init, config=config.model),
                           jax.random.PRNGKey(0))
@@ -75,42 +79,85 @@ def evaluate(model: TrainedModel, split: str) -> dict:
   data = data_lib.load(model.config.data, model.vocab)
   result = train.evaluate_batches(
       train.pmapped_eval_step(model.config.model), train.replicate(model.params),
-      data.eval_batches(split, model.config.data.eval_batch_size))
+      data.eval_batches(split, model.config.data.eval_batch_size, jax.process_index(),
+                        jax.process_count()))
   return {"split": split, **result, "step": model.step}
 
 
 def _log_prob_step(params, batch, *, model_config):
   """Per-token log-probs [rows, T] (0 at padding) of one device's slice (under pmap)."""
-  logits = models.apply(params, model_config, batch["inputs"], batch["lengths"])
+  logits = models.apply(params, model_config, batch["inputs"], batch["lengths"],
+                        tags=batch.get("tags"))
   log_probs = losses.token_log_probs(logits, batch["targets"])
   return jnp.where(losses.token_mask(batch["lengths"], log_probs.shape[1]), log_probs, 0.0)
+
+
+def stream_log_probs(model: TrainedModel, stream: pipeline.EncodedSplit,
+                     units: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
+  """log p(token) [N] (natural log, float64) of every token of an encoded token stream.
+
+  Each unit ((starts, lengths) of contiguous token ranges; default: one per sentence) is
+  one row, scored whole with `models.apply` (with the stream's tags for a POS-tag model) in
+  the batches of evaluation (longest first, `eval_batch_size` rows, pmapped); the result
+  is in stream order.
+  """
+  starts, lengths = units or batching.sentence_units(stream.sentence_lengths)
+  batch_size = model.config.data.eval_batch_size
+  plan = batching.eval_plan(lengths, batch_size)
+  p_step = jax.pmap(functools.partial(_log_prob_step, model_config=model.config.model),
+                    axis_name=train.AXIS)
+  p_params = train.replicate(model.params)
+  result = np.zeros(len(stream.tokens), np.float64)
+  for rows in plan:
+    row_lengths = batching.row_lengths(rows, lengths)
+    batch = pipeline.make_batch(stream, starts[np.maximum(rows, 0)], row_lengths,
+                                int(row_lengths.max()))
+    log_probs = np.asarray(p_step(p_params, train.shard_batch(batch, train.EVAL_TIME_MULTIPLE)))
+    log_probs = log_probs.reshape(batch_size, -1)
+    for row, unit in enumerate(rows[rows >= 0]):
+      result[starts[unit]:starts[unit] + lengths[unit]] = log_probs[row, :lengths[unit]]
+  return result
+
+
+def split_log_probs(model: TrainedModel, split: str) -> tuple[np.ndarray, np.ndarray]:
+  """(tokens [N], log-probs [N]) of a split of the model's corpus.
+
+  The tokens are the split's stream (each sentence's word ids, then EOS_ID); the log-probs
+  are `stream_log_probs` over the rows of evaluation (config.data.span), so they sum to
+  minus the `nll` of `evaluate`.
+  """
+  data = data_lib.load(model.config.data, model.vocab)
+  stream = data.split(split)
+  return stream.tokens, stream_log_probs(model, stream, data.units(split))
+
+
+def _tagged(model: TrainedModel, text: data_lib.SplitText,
+            stream: pipeline.EncodedSplit) -> pipeline.EncodedSplit:
+  """`stream` with the tags of `text` by the model's tagger (unchanged without pos_tags)."""
+  if not model.config.model.pos_tags:
+    return stream
+  tags = tagger.tag_ids(tagger.load(model.config.data.tagger_dir), text.sentences)
+  return dataclasses.replace(stream, tags=np.concatenate(
+      [np.append(ids, data_lib.EOS_ID) for ids in tags]).astype(np.int32))
 
 
 def score(model: TrainedModel, lines: Sequence[str]) -> Iterator[dict]:
   """Scores every non-blank line of text as one sentence (words split at whitespace).
 
+  With POS-tag inputs, the lines are tagged by the model's left-to-right tagger first.
+
   Yields, in input order, one {"tokens": words then "<eos>" (unknown words as "<unk>"),
   "log_probs": natural-log probability of each token, "log_prob": their sum} per sentence.
   """
-  sentences = [model.vocab.encode(line.split()) for line in lines if line.strip()]
-  batch_size = model.config.data.eval_batch_size
-  p_step = jax.pmap(functools.partial(_log_prob_step, model_config=model.config.model),
-                    axis_name=train.AXIS)
-  p_params = train.replicate(model.params)
-  for first in range(0, len(sentences), batch_size):
-    chunk = sentences[first:first + batch_size]
-    lengths = np.zeros(batch_size, np.int64)
-    lengths[:len(chunk)] = [len(s) + 1 for s in chunk]
-    tokens = np.concatenate([np.append(s, data_lib.EOS_ID) for s in chunk]).astype(np.int32)
-    starts = np.concatenate([[0], np.cumsum(lengths[:len(chunk)])[:-1],
-                             np.zeros(batch_size - len(chunk), np.int64)])
-    batch = batching.make_batch(tokens, starts, lengths, int(lengths.max()))
-    log_probs = np.asarray(p_step(p_params, train.shard_batch(batch, train.EVAL_TIME_MULTIPLE)))
-    log_probs = log_probs.reshape(batch_size, -1)
-    for row, sentence in enumerate(chunk):
-      values = log_probs[row, :len(sentence) + 1].astype(float).tolist()
-      yield {"tokens": model.vocab.decode(np.append(sentence, data_lib.EOS_ID)),
-             "log_probs": values, "log_prob": sum(values)}
+  sentences = [tuple(line.split()) for line in lines if line.strip()]
+  text = data_lib.SplitText(sentences, [0] * len(sentences))
+  stream = _tagged(model, text, pipeline.encode_split(text, model.vocab))
+  log_probs = stream_log_probs(model, stream)
+  ends = np.cumsum(stream.sentence_lengths)
+  for first, last in zip(ends - stream.sentence_lengths, ends):
+    values = log_probs[first:last].tolist()
+    yield {"tokens": model.vocab.decode(stream.tokens[first:last]),
+           "log_probs": values, "log_prob": sum(values)}
 
 
 def generate(model: TrainedModel, prompt: str, num_tokens: int, temperature: float,
@@ -120,19 +167,31 @@ def generate(model: TrainedModel, prompt: str, num_tokens: int, temperature: flo
   Each sentence starts from a fresh state fed the start symbol `<eos>`; the prompt's words
   are fed next; a sampled `<eos>` ends the sentence and starts a new one. Sampling is from
   softmax(logits / temperature) (greedy at temperature 0), never `<pad>`; the draw of the
-  i-th word uses `fold_in(PRNGKey(seed), i)`, so a seed fixes the output.
+  i-th word uses `fold_in(PRNGKey(seed), i)`, so a seed fixes the output. With POS-tag
+  inputs each word is fed with its tag from the left-to-right tagger, which tags the
+  sentence so far (the words fed, never later ones).
 
   Returns:
     The sampled words (`<eos>` included where sentences end).
   """
   config = model.config.model
   capacity = len(prompt.split()) + num_tokens + 1
-  step_fn = jax.jit(lambda params, state, token: models.step(params, config, state, token))
+  step_fn = jax.jit(lambda params, state, token, tag: models.step(params, config, state,
+                                                                  token, tag=tag))
+  pos_tagger = tagger.load(model.config.data.tagger_dir) if config.pos_tags else None
+
+  def feed(state, sentence: list[str]):
+    """Feeds the last word of `sentence` ([]: the start symbol) with its tag."""
+    token = model.vocab.encode(sentence[-1:])[0] if sentence else data_lib.EOS_ID
+    tag = (tagger.tag_ids(pos_tagger, [sentence])[0][-1] if pos_tagger and sentence
+           else data_lib.EOS_ID)
+    return step_fn(model.params, state, jnp.asarray([token], jnp.int32),
+                   jnp.asarray([tag], jnp.int32))
 
   def start(words: Sequence[str]):
     state = models.init_state(model.params, config, 1, capacity)
-    for token in [data_lib.EOS_ID, *model.vocab.encode(words)]:
-      logits, state = step_fn(model.params, state, jnp.asarray([token], jnp.int32))
+    for end in range(len(words) + 1):
+      logits, state = feed(state, list(words[:end]))
     return logits, state
 
   @jax.jit
@@ -143,13 +202,16 @@ def generate(model: TrainedModel, prompt: str, num_tokens: int, temperature: flo
     return jax.random.categorical(key, logits / temperature)
 
   rng = jax.random.PRNGKey(seed)
-  logits, state = start(prompt.split())
+  sentence = prompt.split()
+  logits, state = start(sentence)
   words = []
   for i in range(num_tokens):
     token = int(sample(logits, jax.random.fold_in(rng, i)))
     words.append(model.vocab.words[token])
     if token == data_lib.EOS_ID:
-      logits, state = start([])
+      sentence = []
+      logits, state = start(sentence)
     else:
-      logits, state = step_fn(model.params, state, jnp.asarray([token], jnp.int32))
+      sentence.append(model.vocab.words[token])
+      logits, state = feed(state, sentence)
   return words

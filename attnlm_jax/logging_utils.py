@@ -7,12 +7,19 @@ Everything is written by process 0 only. In the workdir:
   config as text.
 On a terminal the progress is a tqdm bar (epoch, step, loss, tokens/s); when stderr is not a
 terminal or the `CI` environment variable is set it is a plain log line every few steps.
+
+A workdir on a remote file system (`gs://...`) cannot be appended to and shows a file only
+once it is closed, so both are then written to a local temporary directory and copied to the
+workdir through `etils.epath` at most every `MIRROR_SECONDS` and when the writer closes (an
+existing `metrics.jsonl` is copied in first, so a resumed run appends to it).
 """
 
 import json
 import logging as std_logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any, Mapping
 
@@ -22,6 +29,8 @@ import tqdm
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
+# Seconds between copies of the logs to a remote workdir.
+MIRROR_SECONDS = 60.0
 
 
 # Orbax warnings about what `checkpoints.py` does on purpose: step checkpoints without a
@@ -64,12 +73,20 @@ class MetricWriter:
     """Opens the writers; with enabled=False (processes other than 0) it writes nothing."""
     self._jsonl = None
     self._tensorboard = None
+    self._workdir = epath.Path(workdir)
+    self._local = None  # The local directory written to, when the workdir is remote.
+    self._mirrored = time.monotonic()
     if enabled:
-      workdir.mkdir(parents=True, exist_ok=True)
-      self._jsonl = (workdir / METRICS_FILE).open("a")
+      self._workdir.mkdir(parents=True, exist_ok=True)
+      root = self._workdir
+      if is_remote(self._workdir):
+        root = self._local = epath.Path(tempfile.mkdtemp(prefix="attnlm_logs_"))
+        if (self._workdir / METRICS_FILE).exists():
+          (self._workdir / METRICS_FILE).copy(root / METRICS_FILE)
+      self._jsonl = (root / METRICS_FILE).open("a")
       # Imported here: it takes seconds, and evaluation, scoring and sampling never write.
       import tensorboardX  # pylint: disable=g-import-not-at-top
-      self._tensorboard = tensorboardX.SummaryWriter(os.fspath(workdir / TENSORBOARD_DIR))
+      self._tensorboard = tensorboardX.SummaryWriter(os.fspath(root / TENSORBOARD_DIR))
 
   def write_start(self, step: int, config_json: str, num_params: int, **extra: Any) -> None:
     """Records the start (or resumption) of a run with its config and parameter count."""
@@ -94,13 +111,32 @@ class MetricWriter:
     if self._jsonl is not None:
       self._jsonl.write(json.dumps(record) + "\n")
       self._jsonl.flush()
+      if self._local is not None and time.monotonic() - self._mirrored > MIRROR_SECONDS:
+        self._tensorboard.flush()
+        self._mirror()
+
+  def _mirror(self) -> None:
+    """Copies the local files (flushed) to the remote workdir."""
+    for path in [self._local / METRICS_FILE, *(self._local / TENSORBOARD_DIR).iterdir()]:
+      target = self._workdir / path.relative_to(self._local)
+      target.parent.mkdir(parents=True, exist_ok=True)
+      path.copy(target, overwrite=True)
+    self._mirrored = time.monotonic()
 
   def close(self) -> None:
-    """Flushes and closes the files."""
+    """Flushes and closes the files (and copies them to a remote workdir)."""
     if self._jsonl is not None:
       self._jsonl.close()
       self._tensorboard.close()
-      self._jsonl = self._tensorboard = None
+      if self._local is not None:
+        self._mirror()
+        shutil.rmtree(self._local)
+      self._jsonl = self._tensorboard = self._local = None
+
+
+def is_remote(path: epath.Path) -> bool:
+  """True for a path of a remote file system (`gs://`, `s3://`, ...), False for a local one."""
+  return "://" in os.fspath(path)
 
 
 class Progress:
@@ -116,21 +152,25 @@ class Progress:
       self._bar = tqdm.tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="batch",
                             dynamic_ncols=True, leave=False)
     self._enabled = enabled
-    self._tokens = 0
     self._since = time.perf_counter()
 
-  def advance(self, tokens: int) -> None:
-    """Counts one trained batch holding `tokens` predicted tokens."""
+  def advance(self) -> None:
+    """Counts one trained batch."""
     self._done += 1
-    self._tokens += tokens
     if self._bar is not None:
       self._bar.update(1)
 
-  def report(self, step: int, loss: float) -> float:
-    """Shows step, loss and tokens/s since the last report; returns the tokens/s."""
+  def report(self, step: int, loss: float, tokens: int) -> float:
+    """Shows step, loss and tokens/s since the last report; returns the tokens/s.
+
+    Args:
+      step: the current step.
+      loss: the mean token loss since the last report.
+      tokens: the tokens trained on since the last report (or the epoch's start).
+    """
     now = time.perf_counter()
-    rate = self._tokens / max(now - self._since, 1e-9)
-    self._tokens, self._since = 0, now
+    rate = tokens / max(now - self._since, 1e-9)
+    self._since = now
     if self._bar is not None:
       self._bar.set_postfix(step=step, loss=f"{loss:.3f}", tok_s=f"{rate:.0f}")
     elif self._enabled:

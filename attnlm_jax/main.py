@@ -8,6 +8,8 @@
     python -m attnlm_jax.main --mode=generate --workdir=DIR --prompt="the company" \
         --num_tokens=30 --temperature=0.8 --seed=1
     python -m attnlm_jax.main --mode=train_tagger --config=configs/tagger.py --workdir=DIR
+    python -m attnlm_jax.main --mode=evaluate --workdirs=DIR1,DIR2 --split=test \
+        [--weights=0.5,0.5]
     python -m attnlm_jax.main --mode=analyze --workdir=OUT --workdirs=DIR1,DIR2 \
         --sentences="the keys to the cabinet are here"
 
@@ -24,6 +26,8 @@ from etils import epath
 from ml_collections import config_flags
 
 from attnlm_jax import analysis
+from attnlm_jax import distributed
+from attnlm_jax import ensemble
 from attnlm_jax import errors
 from attnlm_jax import evaluate
 from attnlm_jax import logging_utils
@@ -44,13 +48,25 @@ flags.DEFINE_string("prompt", "", "generate: words to continue.")
 flags.DEFINE_integer("num_tokens", 50, "generate: number of words to sample.")
 flags.DEFINE_float("temperature", 1.0, "generate: softmax temperature (0: greedy).")
 flags.DEFINE_integer("seed", 0, "generate: random seed.")
-flags.DEFINE_list("workdirs", [], "analyze: training workdirs to compare (default: --workdir); "
+flags.DEFINE_list("weights", [], "evaluate with --workdirs: interpolation weights, one per "
+                  "workdir, summing to 1 (default: fitted on the valid split by EM).")
+flags.DEFINE_list("workdirs", [], "evaluate: training workdirs to interpolate (--workdir not "
+                  "needed); analyze: training workdirs to compare (default: --workdir); "
                   "the files go to WORKDIR/analysis.")
 flags.DEFINE_multi_string("sentences", [], "analyze: a sentence to draw (repeat the flag; "
                           "default: three sentences of --split).")
 flags.DEFINE_list("probes", [], "analyze: agreement probe files, JSON lines (default: the "
                   "embedded corpus's set).")
-flags.mark_flag_as_required("workdir")
+flags.DEFINE_string("coordinator_address", None, "Multi-process runs started by hand: "
+                    "HOST:PORT of process 0, with --num_processes and --process_id (on Cloud "
+                    "TPU, Slurm or Open MPI leave the three unset: they are detected).")
+flags.DEFINE_integer("num_processes", None, "Multi-process runs: the number of processes.")
+flags.DEFINE_integer("process_id", None, "Multi-process runs: this process's index, 0 to "
+                     "--num_processes - 1 (process 0 writes the logs).")
+flags.register_multi_flags_validator(
+    ["workdir", "workdirs", "mode"],
+    lambda f: bool(f["workdir"] or (f["mode"] == "evaluate" and f["workdirs"])),
+    message="--workdir is required (or --workdirs=DIR1,DIR2 with --mode=evaluate)")
 FLAGS = flags.FLAGS
 
 
@@ -106,6 +122,12 @@ def run(mode: str) -> None:
                            probe_files=FLAGS.probes)
     print(json.dumps(summary))
     return
+  if mode == "evaluate" and FLAGS.workdirs:
+    if config is not None:
+      raise errors.UserError("--config cannot be combined with --workdirs: each run is "
+                             "evaluated with the config.json of its workdir")
+    print(json.dumps(ensemble.interpolate(FLAGS.workdirs, FLAGS.split, FLAGS.weights or None)))
+    return
   model = evaluate.load(FLAGS.workdir, config)
   if mode == "evaluate":
     print(json.dumps(evaluate.evaluate(model, FLAGS.split)))
@@ -132,6 +154,7 @@ def main(argv: list[str]) -> None:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   logging_utils.quiet_libraries()
   try:
+    distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     run(FLAGS.mode)
   except errors.UserError as e:
     _fail(e)

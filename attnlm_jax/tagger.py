@@ -6,11 +6,15 @@ leaks into a tag: the tag of word t is predicted from words 1..t only,
     e_t = [E x_t; S_1 s1(x_t); ..; S_k sk(x_t)];  h_t = LSTM(e_t, h_{t-1}, c_{t-1})
     p(tag_t | x_1..x_t) = softmax(W h_t + b)
 
-(embeddings -> LSTM stack (`lstm.py`) -> softmax over tags), where sn(x_t) is the last n
-characters of word t (`model.suffix_lengths`; a suffix seen fewer than `min_count` times in
-training is <unk>): words unseen in training are tagged from their endings (-ly, -ing,
--tion, ...). Nothing of words after t enters. It is trained on CoNLL-2000 (WSJ sections
-15-18, Penn Treebank tags) and scored on its test split (section 20).
+(embeddings -> LSTM stack (`lstm.py`) -> softmax over tags), where the sn(x_t) are sub-word
+items of word t (`word_features`): its last characters (`model.suffix_lengths`), first
+characters (`model.prefix_lengths`) and shape (digit, hyphen, ..., length); an item seen
+fewer than `min_count` times in training is <unk>. Words unseen in training are tagged from
+their spelling (-ly, -ing, un-, 30-year, ...); word dropout teaches that. Nothing of words
+after t enters. It is trained on CoNLL-2000 (WSJ sections 15-18, Penn Treebank tags), plus
+optionally the NLTK Penn Treebank sample (WSJ section 00, `read_treebank_pos`), and scored
+on the CoNLL-2000 test split (section 20); the saved weights are a moving average of the
+trained ones.
 
 Text normalisation, to match the PTB language-modelling files (Mikolov's preprocessing):
 - a token made only of digits and the characters `. , : / \\ -`, with at least one digit
@@ -28,6 +32,7 @@ directory is read-only), one line per sentence, one tag per word.
 """
 
 import collections
+import functools
 import json
 import re
 import time
@@ -96,11 +101,60 @@ def read_conll(path, drop_punctuation: bool = True) -> list[tuple[tuple, tuple]]
   return sentences
 
 
+def read_treebank_pos(directory, drop_punctuation: bool = True) -> list[tuple[tuple, tuple]]:
+  """Sentences of Penn Treebank `.pos` files (`word/TAG` tokens, `[ ]` chunk brackets) as
+  (words, tags), normalised like `read_conll`.
+
+  A sentence ends after a token tagged `.`; an ambiguous tag `A|B` reads as `A`.
+  """
+  files = sorted(epath.Path(directory).glob("*.pos"))
+  if not files:
+    raise TaggerError(f"no *.pos files in {directory}: set config.data.treebank_dir to a "
+                      "directory of Penn Treebank tagged files, or to '' to train without")
+  sentences, words, tags = [], [], []
+  for path in files:
+    for item in path.read_text().split():
+      word, slash, tag = item.rpartition("/")
+      if not slash or not word or item.startswith("====="):
+        continue
+      tag = tag.split("|")[0]
+      if not (drop_punctuation and tag in PUNCTUATION_TAGS):
+        words.append(normalize(word.replace("\\/", "/")))
+        tags.append(tag)
+      if tag == "." and words:
+        sentences.append((tuple(words), tuple(tags)))
+        words, tags = [], []
+    if words:
+      sentences.append((tuple(words), tuple(tags)))
+      words, tags = [], []
+  return sentences
+
+
 def suffixes(word: str, lengths: Sequence[int]) -> list[str]:
   """The word's endings as vocabulary items "n:ending" (`<unk>` has none: all are <unk>)."""
   if word == vocab_lib.UNK:
     return [vocab_lib.UNK] * len(lengths)
   return [f"{n}:{word[-n:]}" for n in lengths]
+
+
+def shape(word: str) -> str:
+  """The word's shape as one item "s:...": has a digit (d), a hyphen (h), a period (p), an
+  apostrophe (a), and its length (1..5, 6+ as 6)."""
+  flags = "".join(flag for flag, chars in (("d", "0123456789"), ("h", "-"), ("p", "."),
+                                           ("a", "'")) if any(c in chars for c in word))
+  return f"s:{flags}{min(len(word), 6)}"
+
+
+def word_features(word: str, config) -> list[str]:
+  """The sub-word items of a word embedded beside it: its `suffix_lengths` endings, its
+  `prefix_lengths` beginnings ("pn:start") and, with `use_shape`, its `shape`
+  (`<unk>` for every item of `<unk>`)."""
+  prefix_lengths = tuple(config.get("prefix_lengths", ()))
+  items = suffixes(word, config.suffix_lengths)
+  if word == vocab_lib.UNK:
+    return items + [vocab_lib.UNK] * (len(prefix_lengths) + bool(config.get("use_shape")))
+  items += [f"p{n}:{word[:n]}" for n in prefix_lengths]
+  return items + ([shape(word)] if config.get("use_shape") else [])
 
 
 def build_vocabulary(sentences: Sequence[Sequence[str]],
@@ -125,7 +179,7 @@ def build_tags(sentences: Sequence[Sequence[str]]) -> tuple:
 def init(rng: jax.Array, config, num_words: int, num_suffixes: int, num_tags: int) -> dict:
   """Parameters: U(-init_scale, init_scale) weights, zero biases."""
   rng_embed, rng_suffix, rng_lstm, rng_out = jax.random.split(rng, 4)
-  input_size = config.embed_size + config.suffix_size * len(config.suffix_lengths)
+  input_size = config.embed_size + config.suffix_size * len(word_features("a", config))
   sizes = [input_size] + [config.hidden_size] * config.num_layers
   return {
       "embed": nn.uniform_init(rng_embed, (num_words, config.embed_size), config.init_scale),
@@ -143,11 +197,16 @@ def apply(params: dict, config, words: jax.Array, suffix_ids: jax.Array, *,
   """Tag logits [B, T, K] for word ids [B, T] and their suffix ids [B, T, S]: position t
   sees words 1..t only.
 
-  Dropout (training) on the embeddings, between layers and on the last layer's output.
+  Dropout (training) on the embeddings, between layers and on the last layer's output;
+  word dropout (`config.word_dropout`) reads a word as <unk> (its sub-word items stay), so
+  the tagger learns to tag unseen words from their spelling.
   """
-  keys = iter(jax.random.split(rng, config.num_layers + 1) if train else [])
+  keys = iter(jax.random.split(rng, config.num_layers + 2) if train else [])
   dropout = lambda x: (x * nn.dropout_mask(next(keys), config.dropout, x.shape)
                        if train and config.dropout > 0 else x)
+  if train and config.get("word_dropout", 0.0) > 0:
+    unknown = jax.random.bernoulli(next(keys), config.word_dropout, words.shape)
+    words = jnp.where(unknown, vocab_lib.UNK_ID, words)
   endings = params["suffix_embed"][suffix_ids].reshape(*suffix_ids.shape[:2], -1)
   inputs = jnp.concatenate([params["embed"][words], endings], axis=-1)
   inputs = jnp.swapaxes(inputs, 0, 1)                                          # [T, B, E]
@@ -173,10 +232,10 @@ def _loss(params, config, batch, rng):
 def _encode(tagger: Tagger, sentences, tag_index: Optional[dict] = None):
   """(word ids [T], suffix ids [T, S], tag ids [T] (0 without `tag_index`)) per sentence of
   (normalised words, tags)."""
-  lengths = tagger.config.suffix_lengths
+  width = len(word_features("a", tagger.config))
   return [(tagger.words.encode(words),
-           np.array([tagger.suffixes.encode(suffixes(w, lengths)) for w in words],
-                    np.int32).reshape(len(words), len(lengths)),
+           np.array([tagger.suffixes.encode(word_features(w, tagger.config)) for w in words],
+                    np.int32).reshape(len(words), width),
            np.array([tag_index[t] for t in tags] if tag_index else [0] * len(words), np.int32))
           for words, tags in sentences]
 
@@ -223,16 +282,23 @@ def majority_baseline(train, test) -> float:
 # --------------------------------------------------------------------------- tagging
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _predict(params: dict, config: ml_collections.FrozenConfigDict, words: jax.Array,
+             suffix_ids: jax.Array) -> jax.Array:
+  """The most likely tag id [B, T] of each word (compiled once per config and shape)."""
+  return jnp.argmax(apply(params, config, words, suffix_ids), -1)
+
+
 def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]],
             batch_size: int = 256) -> list[np.ndarray]:
   """The predicted tag ids of each sentence's words (normalised first), left to right."""
   encoded = _encode(tagger, [([normalize(w) for w in s], None) for s in sentences])
-  run = jax.jit(lambda params, batch: jnp.argmax(
-      apply(params, tagger.config, batch["words"], batch["suffixes"]), -1))
+  config = ml_collections.FrozenConfigDict(tagger.config)
   result = []
   for start in range(0, len(encoded), batch_size):
     chunk = encoded[start:start + batch_size]
-    predicted = np.asarray(run(tagger.params, next(_batches(chunk, len(chunk), None))))
+    batch = next(_batches(chunk, len(chunk), None))
+    predicted = np.asarray(_predict(tagger.params, config, batch["words"], batch["suffixes"]))
     result.extend(predicted[r, :len(row[0])].astype(np.int32) for r, row in enumerate(chunk))
   return result
 
@@ -247,9 +313,12 @@ def tag(tagger: Tagger, sentences: Sequence[Sequence[str]],
 
 
 def save(tagger: Tagger, workdir, metrics: dict) -> None:
-  """Writes `tagger.msgpack` (parameters) and `tagger.json` (config, vocabularies, metrics)."""
+  """Writes `tagger.msgpack` (parameters) and `tagger.json` (config, vocabularies, metrics),
+  and deletes the corpus tags cached by a previous tagger in `workdir`."""
   workdir = epath.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
+  if (workdir / "tags").exists():
+    (workdir / "tags").rmtree()
   (workdir / "tagger.msgpack").write_bytes(
       flax.serialization.msgpack_serialize(jax.tree.map(np.asarray, tagger.params)))
   (workdir / "tagger.json").write_text(json.dumps(
@@ -258,13 +327,30 @@ def save(tagger: Tagger, workdir, metrics: dict) -> None:
       indent=1))
 
 
-def load(workdir) -> Tagger:
-  """The tagger saved in `workdir` by `train_tagger`."""
-  workdir = epath.Path(workdir)
+def _read_meta(workdir: epath.Path) -> dict:
+  """The `tagger.json` of `workdir`; TaggerError when there is none."""
   if not (workdir / "tagger.json").exists():
     raise TaggerError(f"no tagger in {workdir}: train one with --mode=train_tagger "
                       f"--config=configs/tagger.py --workdir={workdir}")
-  meta = json.loads((workdir / "tagger.json").read_text())
+  return json.loads((workdir / "tagger.json").read_text())
+
+
+def set_lm_num_tags(config: ml_collections.ConfigDict) -> None:
+  """With `config.model.pos_tags` on, sets `config.model.num_tags` of an LM config to the
+  size of the tag list of the tagger in `config.data.tagger_dir` (TaggerError without one)."""
+  if not config.model.get("pos_tags"):
+    return
+  if not config.data.get("tagger_dir"):
+    raise TaggerError("config.model.pos_tags needs a tagger: train one with "
+                      "--mode=train_tagger --config=configs/tagger.py --workdir=TAGGER_DIR "
+                      "and pass --config.data.tagger_dir=TAGGER_DIR")
+  config.model.num_tags = len(_read_meta(epath.Path(config.data.tagger_dir))["tags"])
+
+
+def load(workdir) -> Tagger:
+  """The tagger saved in `workdir` by `train_tagger`."""
+  workdir = epath.Path(workdir)
+  meta = _read_meta(workdir)
   params = flax.serialization.msgpack_restore((workdir / "tagger.msgpack").read_bytes())
   return Tagger(jax.tree.map(jnp.asarray, params), ml_collections.ConfigDict(meta["config"]),
                 vocab_lib.Vocabulary(meta["words"]), vocab_lib.Vocabulary(meta["suffixes"]),
@@ -304,9 +390,11 @@ def tag_corpus(tagger_dir, corpus: str, split: str,
 def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   """Trains the tagger on CoNLL-2000 train, reports its accuracy on the test split, saves it.
 
-  config: `data` (data_dir, drop_punctuation, min_count, batch_size, max_train_sentences
-  (0 = all)), `model` (embed_size, hidden_size, num_layers, dropout, init_scale), `train`
-  (learning_rate, num_epochs, grad_clip), `seed`. Prints one JSON line per epoch and returns
+  config: `data` (data_dir, treebank_dir ('' = none: more training sentences from Penn
+  Treebank `.pos` files), drop_punctuation, min_count, batch_size, max_train_sentences
+  (0 = all)), `model` (see configs/tagger.py), `train` (learning_rate, num_epochs,
+  grad_clip, ema_decay: the saved parameters are an exponential moving average of the
+  trained ones, 0 = off), `seed`. Prints one JSON line per epoch and returns
   {"test_accuracy", "majority_baseline", "num_params", ...}.
   """
   data_dir = epath.Path(config.data.data_dir)
@@ -314,8 +402,10 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   test = read_conll(data_dir / "test.txt", config.data.drop_punctuation)
   if config.data.max_train_sentences:
     train = train[:config.data.max_train_sentences]
+  if config.data.get("treebank_dir"):
+    train = train + read_treebank_pos(config.data.treebank_dir, config.data.drop_punctuation)
   words = build_vocabulary([w for w, _ in train], config.data.min_count)
-  endings = build_vocabulary([suffixes(w, config.model.suffix_lengths)
+  endings = build_vocabulary([word_features(w, config.model)
                               for s, _ in train for w in s], config.data.min_count)
   tags = build_tags([t for _, t in train])
   params = init(jax.random.key(config.seed), config.model, len(words), len(endings), len(tags))
@@ -324,24 +414,31 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   optimizer = optax.chain(optax.clip_by_global_norm(config.train.grad_clip),
                           optax.adam(config.train.learning_rate))
   opt_state = optimizer.init(params)
+  decay = config.train.get("ema_decay", 0.0)
 
   @jax.jit
-  def train_step(params, opt_state, batch, rng):
+  def train_step(params, opt_state, average, batch, rng, step):
     loss, grads = jax.value_and_grad(_loss)(params, config.model, batch, rng)
     updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    params = optax.apply_updates(params, updates)
+    rate = jnp.minimum(decay, (1.0 + step) / (10.0 + step))   # Short memory at first.
+    average = jax.tree.map(lambda a, p: rate * a + (1.0 - rate) * p, average, params)
+    return params, opt_state, average, loss
 
   rng = jax.random.key(config.seed + 1)
   order_rng = np.random.default_rng(config.seed)
+  average, step = params, 0
   for epoch in range(1, config.train.num_epochs + 1):
     start, losses = time.time(), []
     for batch in _batches(encoded, config.data.batch_size, order_rng):
       rng, step_rng = jax.random.split(rng)
-      params, opt_state, loss = train_step(params, opt_state, batch, step_rng)
+      params, opt_state, average, loss = train_step(params, opt_state, average, batch,
+                                                    step_rng, np.float32(step))
       losses.append(loss)
+      step += 1
     print(json.dumps({"epoch": epoch, "train_loss": round(float(np.mean(losses)), 4),
                       "seconds": round(time.time() - start, 1)}), flush=True)
-  tagger = tagger._replace(params=params)
+  tagger = tagger._replace(params=average if decay else params)
   metrics = {
       "test_accuracy": accuracy(tagger, test),
       "train_accuracy": accuracy(tagger, train),

@@ -5,23 +5,35 @@
 learning rate of `schedules.learning_rate` for each epoch, validation after every epoch,
 early stopping with patience and a roll-back to the best epoch's parameters.
 
-Data parallelism: `train_step` and `eval_step` are `jax.pmap`ped over the local devices
-(axis "batch"); each global batch is cut into one slice per process, then per device, and the
-gradients are averaged with `pmean`. With one process per host, a multi-host run needs only
-`jax.distributed.initialize()` before `train_and_evaluate`: each process reads the same
-deterministic batch plan and keeps its own slice, and only process 0 writes logs.
+Data parallelism: `train_step` and `eval_step` are `jax.pmap`ped over the devices (axis
+"batch"); the global batch (`config.data.batch_size`) is the per-device batch times the
+device count, and the gradients are averaged with `pmean`. With one process per host, a
+multi-host run needs only `jax.distributed.initialize()` before `train_and_evaluate`
+(`distributed.py`): each process reads its own rows of every global batch of the same
+deterministic plan (`LMData.train_iterator`), all processes save and restore the
+checkpoints together (Orbax), and only process 0 writes config, vocabulary, logs and metrics
+(docs/multihost.md).
+
+The loop never waits for the devices between log intervals: batches are sent to the devices
+ahead of use (`prefetch`), the step counter and the running sums of the training metrics
+stay on the devices (`accumulating_train_step`, donated buffers) and are read once per
+`log_every_steps`.
 
 The run is deterministic for a seed and device count, and resumes from the latest checkpoint
 in `workdir` to the same result as an uninterrupted run (`checkpoints.py`).
 """
 
+import collections
 import functools
+import itertools
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from absl import logging
 from etils import epath
 import jax
+from jax.experimental import multihost_utils
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -32,11 +44,14 @@ from attnlm_jax import logging_utils
 from attnlm_jax import losses
 from attnlm_jax import models
 from attnlm_jax import schedules
+from attnlm_jax import tagger
 from attnlm_jax.errors import ConfigError
 
 AXIS = "batch"
 # Evaluation batches are padded in time to a multiple of this, to bound recompilations.
 EVAL_TIME_MULTIPLE = 16
+# Batches on their way to the devices while a step runs.
+PREFETCH = 2
 
 
 def make_optimizer(train_config: ml_collections.ConfigDict) -> optax.GradientTransformation:
@@ -61,14 +76,15 @@ def train_step(params: dict, opt_state: Any, batch: dict, rng: jax.Array, step: 
   papers' loss. Dropout uses rng folded with the step and the device index.
 
   Returns:
-    (params, opt_state, {"nll": summed NLL of the global batch}).
+    (params, opt_state, {"nll": summed NLL, "tokens": predicted tokens} of the global batch).
   """
   rng = jax.random.fold_in(jax.random.fold_in(rng, step), jax.lax.axis_index(AXIS))
   weights = models.trainable(params)
 
   def loss_fn(weights):
     logits, updates = models.apply({**params, **weights}, model_config, batch["inputs"],
-                                   batch["lengths"], train=True, rng=rng, mutable=True)
+                                   batch["lengths"], train=True, rng=rng, mutable=True,
+                                   tags=batch.get("tags"))
     return losses.loss(logits, batch["targets"], batch["lengths"]), updates
 
   (loss, updates), grads = jax.value_and_grad(loss_fn, has_aux=True)(weights)
@@ -77,32 +93,54 @@ def train_step(params: dict, opt_state: Any, batch: dict, rng: jax.Array, step: 
   steps, opt_state = optimizer.update(grads, opt_state, weights)
   new_params = {**params, **optax.apply_updates(weights, steps),
                 **jax.lax.pmean(updates, AXIS)}
-  nll = jax.lax.psum(loss * batch["targets"].shape[0], AXIS)
-  return new_params, opt_state, {"nll": nll}
+  metrics = {"nll": loss * batch["targets"].shape[0], "tokens": jnp.sum(batch["lengths"])}
+  return new_params, opt_state, jax.lax.psum(metrics, AXIS)
+
+
+def zero_totals() -> dict:
+  """The running sums of `accumulating_train_step` at the start of a log interval."""
+  return {"nll": np.float32(0), "tokens": np.int32(0)}
+
+
+def accumulating_train_step(params: dict, opt_state: Any, totals: dict, batch: dict,
+                            rng: jax.Array, step: jax.Array, learning_rate: jax.Array,
+                            **kwargs):
+  """`train_step` number `step` that adds its metrics to `totals` and counts the step.
+
+  Pmapped with params, opt_state, totals and step donated, it keeps everything that changes
+  per step on the devices: the loop sends only the batch and reads `totals` once per log
+  interval.
+
+  Returns:
+    (params, opt_state, totals + this batch's {"nll", "tokens"}, step + 1).
+  """
+  params, opt_state, metrics = train_step(params, opt_state, batch, rng, step, learning_rate,
+                                          **kwargs)
+  return params, opt_state, jax.tree.map(jnp.add, totals, metrics), step + 1
 
 
 def eval_step(params: dict, batch: dict, *, model_config: ml_collections.ConfigDict) -> dict:
   """Summed `losses.nll_sums` of the global batch (run under pmap, axis "batch")."""
-  logits = models.apply(params, model_config, batch["inputs"], batch["lengths"])
+  logits = models.apply(params, model_config, batch["inputs"], batch["lengths"],
+                        tags=batch.get("tags"))
   sums = losses.nll_sums(logits, batch["inputs"], batch["targets"], batch["lengths"])
   return jax.lax.psum(sums, AXIS)
 
 
 def shard_batch(batch: dict, time_multiple: int = 1) -> dict:
-  """This process's slice of a global batch, reshaped to [local devices, rows, ...].
+  """This process's rows of a global batch, reshaped to [local devices, rows, ...].
 
   Args:
-    batch: {"inputs", "targets", "lengths"} numpy arrays of the global batch.
+    batch: {"inputs", "targets", "lengths", ...} numpy arrays of the rows this process
+      reads (all rows with one process; see `LMData.train_iterator`).
     time_multiple: pad the time axis with PAD_ID up to a multiple of this.
   """
-  processes, index = jax.process_count(), jax.process_index()
   devices = jax.local_device_count()
-  rows = batch["lengths"].shape[0] // processes
+  rows = batch["lengths"].shape[0]
   steps = batch["inputs"].shape[1]
   pad = -steps % time_multiple
   sharded = {}
   for key, value in batch.items():
-    value = value[index * rows:(index + 1) * rows]
     if value.ndim == 2 and pad:
       value = np.pad(value, ((0, 0), (0, pad)), constant_values=data_lib.PAD_ID)
     sharded[key] = value.reshape(devices, rows // devices, *value.shape[1:])
@@ -112,19 +150,23 @@ def shard_batch(batch: dict, time_multiple: int = 1) -> dict:
 def evaluate_batches(p_eval_step, params: dict, batches: Iterable[dict]) -> dict:
   """Sums of `eval_step` over `batches` and both perplexities.
 
+  The steps are all dispatched before the first sum is read, and the sums are added on the
+  host in float64.
+
   Args:
     p_eval_step: the pmapped `eval_step`.
     params: replicated parameters.
-    batches: global evaluation batches.
+    batches: this process's rows of each evaluation batch (`LMData.eval_batches`).
 
   Returns:
     {"perplexity", "perplexity_paper_convention", "nll", "tokens", "sentences"}.
   """
+  sums = [p_eval_step(params, batch)
+          for batch, _ in prefetch(((b, None) for b in batches), EVAL_TIME_MULTIPLE)]
   totals = dict.fromkeys(losses.SUM_KEYS, 0.0)
-  for batch in batches:
-    sums = p_eval_step(params, shard_batch(batch, EVAL_TIME_MULTIPLE))
+  for batch_sums in sums:
     for key in totals:
-      totals[key] += float(first_replica(sums[key]))
+      totals[key] += float(first_replica(batch_sums[key]))
   return {**losses.perplexities(totals), "nll": totals["nll"],
           "tokens": int(totals["tokens"]), "sentences": int(totals["sentences"])}
 
@@ -137,18 +179,19 @@ def pmapped_eval_step(model_config: ml_collections.ConfigDict):
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError for training settings that cannot work (one line each)."""
   models.validate(config.model)
-  shards = jax.process_count() * jax.local_device_count()
+  devices = jax.device_count()
   for field in ("batch_size", "eval_batch_size"):
-    if config.data[field] % shards:
-      raise ConfigError(f"config.data.{field} = {config.data[field]} does not split over "
-                        f"{shards} devices: use a multiple of {shards}")
+    if config.data[field] % devices:
+      raise ConfigError(f"config.data.{field} = {config.data[field]} (the global batch) does "
+                        f"not split over {devices} devices: use a multiple of {devices}")
   for field in ("num_epochs", "patience", "log_every_steps"):
     if config.train[field] < 1:
       raise ConfigError(f"config.train.{field} = {config.train[field]} must be at least 1")
 
 
 def prepare(config: ml_collections.ConfigDict, workdir, vocab=None):
-  """Config with vocab_size filled, the data, and initial parameters; checks the workdir.
+  """Config with vocab_size (and num_tags) filled, the data, and initial parameters; checks
+  the workdir.
 
   Args:
     config: the run's config (not modified).
@@ -156,9 +199,11 @@ def prepare(config: ml_collections.ConfigDict, workdir, vocab=None):
     vocab: the vocabulary (None: built from the training split).
 
   Returns:
-    (config copy with model.vocab_size set, LMData, initial params).
+    (config copy with model.vocab_size (and model.num_tags with pos_tags) set, LMData,
+    initial params).
   """
   config = config.copy_and_resolve_references()
+  tagger.set_lm_num_tags(config)
   data = data_lib.load(config.data, vocab)
   config.model.vocab_size = len(data.vocab)
   check_config(config)
@@ -183,10 +228,37 @@ def replicate(tree, devices=None):
   per leaf shape.
   """
   devices = devices or jax.local_devices()
-  mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
-  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
+  sharding = _stacked_sharding(devices)
   return jax.tree.map(
       lambda x: jax.device_put(np.stack([np.asarray(x)] * len(devices)), sharding), tree)
+
+
+def _stacked_sharding(devices) -> jax.sharding.NamedSharding:
+  """Arrays [len(devices), ...] with entry i on devices[i]: the layout pmap takes."""
+  mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
+
+
+def prefetch(items: Iterable[tuple[dict, Any]], time_multiple: int = 1,
+             size: int = PREFETCH) -> Iterator[tuple[dict, Any]]:
+  """(batch, tag) pairs with each batch `shard_batch`ed and already sent to the devices.
+
+  `size` batches are copied ahead (the copy is asynchronous, so it overlaps the running
+  step). The tag passes through unchanged: the training loop tags each batch with the data
+  iterator's position after it, which is what a checkpoint after that batch must hold.
+  """
+  sharding = _stacked_sharding(jax.local_devices())
+  items = iter(items)
+  queue = collections.deque()
+
+  def enqueue(count: int) -> None:
+    for batch, tag in itertools.islice(items, count):
+      queue.append((jax.device_put(shard_batch(batch, time_multiple), sharding), tag))
+
+  enqueue(size)
+  while queue:
+    yield queue.popleft()
+    enqueue(1)
 
 
 def first_replica(tree):
@@ -208,13 +280,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
   """
   workdir = epath.Path(workdir)
   config, data, params = prepare(config, workdir)
+  if jax.process_count() > 1:
+    # Every process has checked the workdir before process 0 writes into it.
+    multihost_utils.sync_global_devices("attnlm_jax: workdir checked")
   is_writer = jax.process_index() == 0
+  shard = (jax.process_index(), jax.process_count())
   tc = config.train
   ckpt = checkpoints.Checkpoints(workdir, tc.save_every_steps)
   if is_writer:
     checkpoints.write_config_and_vocab(workdir, config, data.vocab)
 
-  state = initial_state(config, params)
+  # Host arrays: every process saves and restores the same numpy tree (Orbax writes it once).
+  state = jax.device_get(initial_state(config, params))
   meta = {"epoch": 0, "epoch_done": True, "iterator": None, "batches_done": 0,
           "early_stopping": schedules.EarlyStopping(tc.patience).to_dict()}
   latest = ckpt.latest_step()
@@ -235,12 +312,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
 
   optimizer = make_optimizer(tc)
   p_train_step = jax.pmap(
-      functools.partial(train_step, model_config=config.model, optimizer=optimizer),
-      axis_name=AXIS, donate_argnums=(0, 1))
+      functools.partial(accumulating_train_step, model_config=config.model,
+                        optimizer=optimizer),
+      axis_name=AXIS, donate_argnums=(0, 1, 2, 5))
   p_eval_step = pmapped_eval_step(config.model)
   p_params = replicate(state["params"])
   p_opt_state = replicate(state["opt_state"])
   p_rng = replicate(state["rng"])
+  p_step = replicate(np.int32(step + 1))  # The number of the next step.
   num_batches = data.num_train_batches()
 
   def save(epoch, epoch_done, iterator_state, batches_done, valid_perplexity=None):
@@ -257,31 +336,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     lr = schedules.learning_rate(epoch, tc.learning_rate, tc.lr_decay_after,
                                  tc.lr_decay_divisor)
     p_lr = replicate(np.float32(lr))
-    iterator = data.train_iterator(epoch)
+    iterator = data.train_iterator(epoch, *shard)
     done = 0
     if epoch == meta["epoch"] and not meta["epoch_done"]:
       iterator.set_state(meta["iterator"])
       done = meta["batches_done"]
     progress = logging_utils.Progress(epoch, num_batches, done, enabled=is_writer)
-    for batch in iterator:
+    p_totals = replicate(zero_totals())
+    for batch, position in prefetch((batch, iterator.get_state()) for batch in iterator):
       step += 1
       done += 1
-      p_params, p_opt_state, metrics = p_train_step(
-          p_params, p_opt_state, shard_batch(batch), p_rng,
-          replicate(np.int32(step)), p_lr)
-      tokens = int(batch["lengths"].sum())
-      progress.advance(tokens)
+      p_params, p_opt_state, p_totals, p_step = p_train_step(
+          p_params, p_opt_state, p_totals, batch, p_rng, p_step, p_lr)
+      progress.advance()
       if step % tc.log_every_steps == 0:
-        loss = float(first_replica(metrics["nll"])) / tokens
-        rate = progress.report(step, loss)
+        totals = first_replica(p_totals)
+        p_totals = replicate(zero_totals())
+        loss = float(totals["nll"]) / max(int(totals["tokens"]), 1)
+        rate = progress.report(step, loss, int(totals["tokens"]))
         writer.write_scalars(step, {"epoch": epoch, "train_loss": loss,
                                     "train_perplexity": math.exp(min(loss, 50.0)),
                                     "learning_rate": lr, "tokens_per_second": rate})
       if ckpt.should_save(step) and done < num_batches:
-        save(epoch, False, iterator.get_state(), done)
+        save(epoch, False, position, done)
     progress.close()
     valid = evaluate_batches(p_eval_step, p_params,
-                             data.eval_batches("valid", config.data.eval_batch_size))
+                             data.eval_batches("valid", config.data.eval_batch_size, *shard))
     stopping = stopping.update(epoch, valid["perplexity"])
     save(epoch, True, None, num_batches, valid["perplexity"])
     writer.write_scalars(step, {
@@ -297,8 +377,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
   state, meta = ckpt.restore(best, state)
   ckpt.close()
   p_params = replicate(state["params"])
-  results = {split: evaluate_batches(p_eval_step, p_params,
-                                     data.eval_batches(split, config.data.eval_batch_size))
+  results = {split: evaluate_batches(
+      p_eval_step, p_params, data.eval_batches(split, config.data.eval_batch_size, *shard))
              for split in ("valid", "test")}
   writer.write_scalars(best, {"best_epoch": meta["epoch"], **{
       f"final_{split}_{key}": result[key] for split, result in results.items()

@@ -7,8 +7,12 @@ Recipe of the paper: one layer of 300 units, batch 128, dropout 0.5, SGD (the pa
 schedule: the default one is kept). `tags=1` reads POS tags made by the left-to-right tagger
 (`--mode=train_tagger --config=configs/tagger.py --workdir=TAGGER_DIR`) from
 `config.data.tagger_dir` (`--config.data.tagger_dir=TAGGER_DIR`); the corpus is tagged once
-and cached in TAGGER_DIR/tags/. The interpolated row (DAS-LSTMN + LSTM) mixes two trained
-runs at evaluation.
+and cached in TAGGER_DIR/tags/. The interpolated row (DAS-LSTMN + tags with the LSTM, at
+lambda = 0.5) mixes two trained runs at evaluation:
+
+    --mode=evaluate --split=test --weights=0.5,0.5 --workdirs=DAS_LSTMN_TAGS_DIR,LSTM_DIR
+
+(docs/training.md lists every row's command).
 """
 
 import pathlib

@@ -48,7 +48,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.data.batch_size = 32              # Sentences per training batch (all devices).
   config.data.eval_batch_size = 64         # Sentences per evaluation batch (all devices).
   config.data.max_len = max_len            # Training rows truncated/padded to this length.
-  config.data.bucket = False               # Pad to the bucket's longest row, not max_len.
+  config.data.bucket = True                # Batch sentences of similar length (same loss as
+                                           # the papers' padding to max_len, ~6% pads not 39%).
+  config.data.width_multiple = 4           # Bucketed widths rounded up to a multiple of this
+                                           # (few distinct shapes to compile).
   config.data.span = "sentence"            # Row = one "sentence" or packed "document" span.
   config.data.seed = config.get_ref("seed")  # Shuffling seed (follows config.seed).
 

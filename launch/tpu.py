@@ -300,7 +300,7 @@ def install_commands(spec: LaunchSpec) -> list[list[str]]:
       f"{{ [ -x {_UV} ] || curl -LsSf {_UV_INSTALLER} | env UV_NO_MODIFY_PATH=1 sh; }}",
       f"{_UV} venv --quiet --python {shlex.quote(spec.python_version)} {shlex.quote(venv)}",
       f"{_UV} pip install --quiet --python {shlex.quote(posixpath.join(venv, 'bin', 'python'))}"
-      f" -e {shlex.quote(directory)} {shlex.quote(spec.jax_spec)}",
+      f" -e {shlex.quote(directory + '[gcs]')} {shlex.quote(spec.jax_spec)}",
   ]
   return copies + [_ssh(spec, "all", " && ".join(get_source + setup))]
 

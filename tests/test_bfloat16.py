@@ -19,9 +19,11 @@ NUM_STEPS = 10
 
 
 def demo_config():
-  """configs/demo.py (embedded corpus, 1 x 64 `single` model) with batches of 32."""
+  """configs/demo.py (embedded corpus, 1 x 64 `single` model) with batches of 32 sentences
+  drawn at random (not bucketed: the first batches are then typical of the corpus)."""
   config = runpy.run_path(str(REPO / "configs" / "demo.py"))["get_config"]()
   config.data.batch_size = 32
+  config.data.bucket = False
   return config
 
 

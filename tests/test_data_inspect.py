@@ -29,7 +29,8 @@ def _write_tiny_ptb(directory):
 
 
 def test_cli_prints_hand_computed_statistics(tmp_path):
-  result = _run(f"--data_dir={_write_tiny_ptb(tmp_path / 'tiny')}", "--batch_size=2")
+  result = _run(f"--data_dir={_write_tiny_ptb(tmp_path / 'tiny')}", "--batch_size=2",
+                "--width_multiple=1")
   assert result.returncode == 0, result.stderr
   stats = json.loads(result.stdout)
   assert stats["corpus"] == "ptb"  # detected from the layout
@@ -40,6 +41,9 @@ def test_cli_prints_hand_computed_statistics(tmp_path):
   # Protocol: 2 batches x 2 rows x 35 positions for 16 tokens. Bucketed: [2, 2] and [6, 6].
   assert train["pad_fraction_protocol"] == round(1 - 16 / 140, 4)
   assert train["pad_fraction_bucketed"] == 0.0
+  # With widths rounded up to multiples of 4: [2, 2] in 4 positions, [6, 6] in 8.
+  rounded = json.loads(_run(f"--data_dir={tmp_path / 'tiny'}", "--batch_size=2").stdout)
+  assert rounded["splits"]["train"]["pad_fraction_bucketed"] == round(1 - 16 / 24, 4)
   assert train["truncated_tokens"] == 0
   valid, test = stats["splits"]["valid"], stats["splits"]["test"]
   assert (valid["tokens"], valid["oov"]) == (4, 1)

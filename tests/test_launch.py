@@ -110,7 +110,7 @@ def test_single_host_dry_run_lists_every_step_in_order():
   assert _option(install, "--worker") == "all"
   words = _shell_words(_option(install, "--command"))
   assert REPO in words and "v0.1" in words and "jax[tpu]>=0.10.2,<0.11" in words
-  assert words[words.index("-e") + 1] == "attnlm_jax"
+  assert words[words.index("-e") + 1] == "attnlm_jax[gcs]"
 
   assert _option(train, "--worker") == "all"
   assert _training_argv(train) == [
@@ -300,7 +300,7 @@ def test_install_script_clones_the_ref_and_installs_into_a_venv(tmp_path):
   assert (home / "attnlm_jax" / "marker.txt").read_text() == "v1"
   assert (tmp_path / "uv.txt").read_text().splitlines() == [
       "venv --quiet --python 3.12 attnlm_jax/.venv",
-      "pip install --quiet --python attnlm_jax/.venv/bin/python -e attnlm_jax "
+      "pip install --quiet --python attnlm_jax/.venv/bin/python -e attnlm_jax[gcs] "
       "jax[tpu]>=0.10.2,<0.11"]
 
 

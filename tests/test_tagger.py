@@ -7,15 +7,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attnlm_jax import data as data_lib
+from attnlm_jax import evaluate
+from attnlm_jax import models
 from attnlm_jax import tagger as tagger_lib
+from attnlm_jax.data import batching
 from attnlm_jax.data import vocab as vocab_lib
+import tiny_config
 
 CONFIG = runpy.run_path("configs/tagger.py")["get_config"]
 
 
 def tiny_model_config():
   config = CONFIG().model
-  config.update(embed_size=8, suffix_size=4, hidden_size=12, num_layers=2, dropout=0.0)
+  config.update(embed_size=8, suffix_size=4, hidden_size=12, num_layers=2, dropout=0.0,
+                suffix_lengths=(1, 2, 3), prefix_lengths=(), use_shape=False)
   return config
 
 
@@ -54,6 +60,25 @@ def test_later_words_never_change_earlier_tag_predictions():
     assert not np.allclose(moved[:, t + 1:], base[:, t + 1:])
 
 
+def test_read_treebank_pos_splits_sentences_at_the_full_stop(tmp_path):
+  (tmp_path / "wsj_0001.pos").write_text(
+      "======================================\n\n[ Pierre/NNP Vinken/NNP ]\n,/, \n"
+      "[ 61/CD years/NNS ]\nold/JJ ./. \n\n[ a/DT 1\\/2/CD ]\n\n[ that/WDT ]\n"
+      "targeting/VBG|NN ./. \n")
+  assert tagger_lib.read_treebank_pos(tmp_path) == [
+      (("pierre", "vinken", "N", "years", "old"), ("NNP", "NNP", "CD", "NNS", "JJ")),
+      (("a", "N", "that", "targeting"), ("DT", "CD", "WDT", "VBG"))]
+  with pytest.raises(tagger_lib.TaggerError, match="config.data.treebank_dir"):
+    tagger_lib.read_treebank_pos(tmp_path / "missing")
+
+
+def test_word_features_are_suffixes_prefixes_and_shape():
+  config = CONFIG().model
+  config.update(suffix_lengths=(1, 3), prefix_lengths=(2,), use_shape=True)
+  assert tagger_lib.word_features("30-year", config) == ["1:r", "3:ear", "p2:30", "s:dh6"]
+  assert tagger_lib.word_features("<unk>", config) == ["<unk>"] * 4
+
+
 def test_suffixes_are_the_word_endings():
   assert tagger_lib.suffixes("running", (1, 2, 3)) == ["1:g", "2:ng", "3:ing"]
   assert tagger_lib.suffixes("<unk>", (1, 3)) == ["<unk>", "<unk>"]
@@ -72,6 +97,7 @@ def trained(shared_data, tmp_path_factory):
   conll_slice(shared_data / "pos" / "conll2000" / "test.txt", data / "test.txt", 100)
   config = CONFIG()
   config.data.data_dir = str(data)
+  config.data.treebank_dir = ""
   config.model.update(embed_size=32, suffix_size=8, hidden_size=64)
   config.train.update(learning_rate=1e-2, num_epochs=5)
   workdir = tmp_path_factory.mktemp("tagger")
@@ -102,3 +128,93 @@ def test_tagging_a_corpus_is_cached_and_aligned_with_the_lm_sentences(trained):
 def test_missing_tagger_is_a_one_line_error(tmp_path):
   with pytest.raises(tagger_lib.TaggerError, match="train one with --mode=train_tagger"):
     tagger_lib.load(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def random_tagger(tmp_path_factory):
+  """An untrained tagger with large random weights (varied tags) over the embedded corpus."""
+  config = tiny_model_config()
+  config.update(prefix_lengths=(1, 2), use_shape=True)
+  sentences = data_lib.read_split("embedded", "", "train").sentences
+  words = tagger_lib.build_vocabulary(sentences, 1)
+  items = tagger_lib.build_vocabulary(
+      [tagger_lib.word_features(w, config) for s in sentences for w in s], 1)
+  tags = tagger_lib.TAG_SPECIALS + ("DT", "NN", "VBZ", "JJ", "IN")
+  params = tagger_lib.init(jax.random.key(0), config, len(words), len(items), len(tags))
+  params = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(1), x.shape),
+                        params)
+  workdir = tmp_path_factory.mktemp("random_tagger")
+  tagger_lib.save(tagger_lib.Tagger(params, config, words, items, tags), workdir, {})
+  return workdir
+
+
+def test_lm_batches_carry_the_tag_of_each_input_token(random_tagger):
+  config = tiny_config.config(data__tagger_dir=str(random_tagger), data__eval_batch_size=64)
+  lm_data = data_lib.load(config.data)
+  sentences = data_lib.read_split("embedded", "", "valid").sentences
+  expected = tagger_lib.tag_ids(tagger_lib.load(random_tagger), sentences)
+  _, lengths = lm_data.units("valid")
+  rows = batching.eval_plan(lengths, 64)[0]
+  batch = next(lm_data.eval_batches("valid", 64))
+  assert batch["tags"].shape == batch["inputs"].shape
+  for r, index in enumerate(rows):
+    n = len(sentences[index])
+    np.testing.assert_array_equal(batch["inputs"][r, 1:n + 1],
+                                  lm_data.vocab.encode(sentences[index]))
+    assert batch["tags"][r, 0] == vocab_lib.EOS_ID           # the start symbol's tag
+    np.testing.assert_array_equal(batch["tags"][r, 1:n + 1], expected[index])
+    assert not batch["tags"][r, n + 1:].any()                 # padding
+  train_batch = next(lm_data.train_iterator(1))
+  inputs, tags = train_batch["inputs"], train_batch["tags"]
+  assert tags.shape == inputs.shape
+  assert np.all((inputs == vocab_lib.EOS_ID) == (tags == vocab_lib.EOS_ID))
+  assert np.all((inputs == vocab_lib.PAD_ID) == (tags == vocab_lib.PAD_ID))
+
+
+def test_the_tags_of_a_sentence_never_depend_on_its_later_words(random_tagger):
+  tagger = tagger_lib.load(random_tagger)
+  sentences = [list(s) for s in data_lib.read_split("embedded", "", "valid").sentences[:40]]
+  full = tagger_lib.tag_ids(tagger, sentences)
+  changed = 0
+  for k in range(1, 6):
+    edited = [s[:k] + ["zebra"] + s[k + 1:] if len(s) > k else s for s in sentences]
+    tags = tagger_lib.tag_ids(tagger, edited)
+    for before, after, sentence in zip(full, tags, sentences):
+      np.testing.assert_array_equal(after[:k], before[:k])
+      changed += len(sentence) > k and after[k] != before[k]
+  assert changed > 0                                          # the edited word's tag moves
+
+
+@pytest.fixture(scope="module")
+def tagged_lm(random_tagger):
+  """An untrained DAS LM with POS-tag inputs from `random_tagger`, as a restored model."""
+  config = tiny_config.config(model__score="das", model__pos_tags=True, model__tag_size=6,
+                              data__tagger_dir=str(random_tagger), data__eval_batch_size=4)
+  vocab = data_lib.Vocabulary.build(data_lib.read_split("embedded", "", "train").sentences)
+  config.model.vocab_size = len(vocab)
+  tagger_lib.set_lm_num_tags(config)
+  params = models.init(jax.random.key(0), config=config.model)
+  params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.key(1), x.shape),
+                        params)
+  return evaluate.TrainedModel(config, vocab, params, 0)
+
+
+def test_scoring_with_tags_never_looks_at_later_words(tagged_lm):
+  assert tagged_lm.config.model.num_tags == 7
+  full, edited, prefix = evaluate.score(tagged_lm, ["the keys to the cabinet are here",
+                                                    "the keys to the dog is here",
+                                                    "the keys to"])
+  np.testing.assert_allclose(full["log_probs"][:3], prefix["log_probs"][:3], atol=1e-5)
+  np.testing.assert_allclose(full["log_probs"][:4], edited["log_probs"][:4], atol=1e-5)
+  assert not np.allclose(full["log_probs"][4:], edited["log_probs"][4:])
+
+
+def test_sampling_with_tags_is_reproducible(tagged_lm):
+  first = evaluate.generate(tagged_lm, "the keys", 8, 1.0, 3)
+  assert len(first) == 8 and first == evaluate.generate(tagged_lm, "the keys", 8, 1.0, 3)
+
+
+def test_pos_tags_without_a_tagger_is_a_one_line_error():
+  config = tiny_config.config(model__pos_tags=True)
+  with pytest.raises(tagger_lib.TaggerError, match="--config.data.tagger_dir=TAGGER_DIR"):
+    tagger_lib.set_lm_num_tags(config)

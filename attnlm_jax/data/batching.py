@@ -120,17 +120,32 @@ def row_lengths(plan: np.ndarray, lengths: np.ndarray,
   return rows if max_len is None else np.minimum(rows, max_len)
 
 
-def pad_fraction(rows: np.ndarray, width: int | None = None) -> float:
+def bucket_width(longest, multiple: int = 1, max_len: int | None = None):
+  """Positions of a bucketed batch whose longest row has `longest` tokens: rounded up to a
+  multiple of `multiple` (so a jitted step compiles for few widths), at most `max_len`.
+
+  Works elementwise on an array of `longest` too.
+  """
+  width = -(-np.asarray(longest) // multiple) * multiple
+  return width if max_len is None else np.minimum(width, max_len)
+
+
+def pad_fraction(rows: np.ndarray, width: int | None = None, multiple: int = 1,
+                 max_len: int | None = None) -> float:
   """Fraction of padded positions over batches with the given row lengths.
 
   Args:
     rows: [num_batches, batch_size] row lengths (from `row_lengths`).
-    width: every batch padded to this many positions; None pads each to its longest row.
+    width: every batch padded to this many positions; None pads each to its `bucket_width`
+      (its longest row rounded up to `multiple`, at most `max_len`).
+    multiple: see `bucket_width`.
+    max_len: see `bucket_width`.
 
   Returns:
     1 - real tokens / all positions.
   """
-  widths = rows.max(axis=1) if width is None else np.full(len(rows), width)
+  widths = (bucket_width(rows.max(axis=1), multiple, max_len) if width is None
+            else np.full(len(rows), width))
   return float(1.0 - rows.sum() / (widths.sum() * rows.shape[1]))
 
 

@@ -34,6 +34,9 @@ _SPAN = flags.DEFINE_enum("span", "sentence", pipeline.SPANS, "Batch rows: sente
 _MAX_LEN = flags.DEFINE_integer("max_len", 35, "Training truncation length (paper: 35).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Rows per batch (paper: 32).")
 _SEED = flags.DEFINE_integer("seed", 0, "Data seed of the epoch-0 training order.")
+_WIDTH_MULTIPLE = flags.DEFINE_integer(
+    "width_multiple", 4, "Bucketed batch widths are rounded up to a multiple of this "
+    "(config.data.width_multiple).")
 
 
 def split_stats(data: pipeline.LMData, split: str) -> dict[str, Any]:
@@ -48,7 +51,8 @@ def split_stats(data: pipeline.LMData, split: str) -> dict[str, Any]:
     plan = batching.train_plan(lengths, config.batch_size, config.seed, 0, bucket,
                                config.max_len)
     rows = batching.row_lengths(plan, lengths, config.max_len)
-    pads[name] = batching.pad_fraction(rows, None if bucket else config.max_len)
+    pads[name] = batching.pad_fraction(rows, None if bucket else config.max_len,
+                                       config.width_multiple, config.max_len)
   eval_rows = batching.row_lengths(batching.eval_plan(lengths, config.batch_size), lengths)
   stats = {}
   if encoded.lines is not None:
@@ -69,7 +73,8 @@ def split_stats(data: pipeline.LMData, split: str) -> dict[str, Any]:
 
 
 def corpus_stats(corpus: str | None, data_dir: str, span: str = "sentence",
-                 max_len: int = 35, batch_size: int = 32, seed: int = 0) -> dict[str, Any]:
+                 max_len: int = 35, batch_size: int = 32, seed: int = 0,
+                 width_multiple: int = 4) -> dict[str, Any]:
   """The statistics object printed by this command.
 
   Raises:
@@ -78,7 +83,8 @@ def corpus_stats(corpus: str | None, data_dir: str, span: str = "sentence",
   corpus = corpus or corpus_lib.detect(data_dir)
   config = ml_collections.ConfigDict(dict(
       corpus=corpus, data_dir=data_dir, source="text", batch_size=batch_size,
-      eval_batch_size=batch_size, max_len=max_len, bucket=False, span=span, seed=seed))
+      eval_batch_size=batch_size, max_len=max_len, bucket=False, span=span, seed=seed,
+      width_multiple=width_multiple))
   data = pipeline.load(config)
   return {
       "corpus": corpus,
@@ -86,6 +92,7 @@ def corpus_stats(corpus: str | None, data_dir: str, span: str = "sentence",
       "span": span,
       "max_len": max_len,
       "batch_size": batch_size,
+      "width_multiple": width_multiple,
       "vocab_size": len(data.vocab),
       "splits": {split: split_stats(data, split) for split in corpus_lib.SPLITS},
   }
@@ -97,7 +104,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   try:
     stats = corpus_stats(_CORPUS.value, _DATA_DIR.value, _SPAN.value, _MAX_LEN.value,
-                         _BATCH_SIZE.value, _SEED.value)
+                         _BATCH_SIZE.value, _SEED.value, _WIDTH_MULTIPLE.value)
   except (corpus_lib.CorpusError, VocabularyError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)

@@ -36,12 +36,15 @@ class EncodedSplit:
     documents: document index of each sentence.
     oov: words of the split that are not in the vocabulary (encoded as UNK_ID).
     lines: lines of the source file, when known.
+    tags: int32 stream aligned with `tokens`: the POS tag id of each token (the <eos> tag
+      for EOS_ID), when config.data.tagger_dir names a tagger; else None.
   """
   tokens: np.ndarray
   sentence_lengths: np.ndarray
   documents: np.ndarray
   oov: int
   lines: int | None
+  tags: np.ndarray | None = None
 
 
 def encode_split(text: SplitText, vocab: Vocabulary) -> EncodedSplit:
@@ -59,6 +62,30 @@ def encode_split(text: SplitText, vocab: Vocabulary) -> EncodedSplit:
                       lines=text.lines)
 
 
+def make_batch(data: EncodedSplit, starts: np.ndarray, lengths: np.ndarray,
+               width: int) -> dict[str, np.ndarray]:
+  """`batching.make_batch` over the split's tokens, plus "tags" [B, T] when it is tagged:
+  the tag of each input token (the <eos> tag at the start position), laid out as "inputs"."""
+  batch = batching.make_batch(data.tokens, starts, lengths, width)
+  if data.tags is not None:
+    batch["tags"] = batching.make_batch(data.tags, starts, lengths, width)["inputs"]
+  return batch
+
+
+def process_rows(batch_size: int, process_index: int, process_count: int) -> slice:
+  """The rows of a global batch that process `process_index` of `process_count` reads.
+
+  Process i takes the i-th contiguous block of batch_size / process_count rows, so the
+  blocks of processes 0, 1, ... laid side by side are the global batch, in the order of the
+  global device list (pmap's order). A batch size that does not split raises CorpusError.
+  """
+  if batch_size % process_count:
+    raise CorpusError(f"a batch of {batch_size} rows does not split over {process_count} "
+                      f"processes: use a batch size that is a multiple of {process_count}")
+  rows = batch_size // process_count
+  return slice(process_index * rows, (process_index + 1) * rows)
+
+
 def _check_config(config: ml_collections.ConfigDict) -> None:
   """Rejects data settings that cannot work, with a one-line CorpusError."""
   choices = {"corpus": corpus_lib.CORPORA, "source": SOURCES, "span": SPANS}
@@ -66,8 +93,8 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
     if config[field] not in allowed:
       raise CorpusError(f"config.data.{field}={config[field]!r} is unknown: use one of "
                         f"{', '.join(allowed)}")
-  for field in ("batch_size", "eval_batch_size", "max_len"):
-    if config[field] < 1:
+  for field in ("batch_size", "eval_batch_size", "max_len", "width_multiple"):
+    if config.get(field, 1) < 1:
       raise CorpusError(f"config.data.{field}={config[field]} must be a positive integer")
 
 
@@ -85,7 +112,8 @@ def load(data_config: ml_collections.ConfigDict, vocab: Vocabulary | None = None
 
   Args:
     data_config: config.data (corpus, data_dir, source, batch_size, eval_batch_size,
-      max_len, bucket, span, seed; optional cache_dir for source="tfds").
+      max_len, bucket, span, seed; optional cache_dir for source="tfds" and width_multiple
+      for bucketing).
     vocab: the vocabulary to use (e.g. restored with a checkpoint); built from the training
       split when None.
 
@@ -111,7 +139,7 @@ class LMData:
     self.config = config
     self.vocab = vocab
     self._reader = reader
-    self._splits = {"train": encode_split(train, vocab)}
+    self._splits = {"train": self._encode(train, "train")}
     self._units = {}
 
   def split(self, split: str) -> EncodedSplit:
@@ -120,8 +148,18 @@ class LMData:
       raise CorpusError(f"split {split!r} is unknown: use one of "
                         f"{', '.join(corpus_lib.SPLITS)}")
     if split not in self._splits:
-      self._splits[split] = encode_split(self._reader(split=split), self.vocab)
+      self._splits[split] = self._encode(self._reader(split=split), split)
     return self._splits[split]
+
+  def _encode(self, text: SplitText, split: str) -> EncodedSplit:
+    """`encode_split`, plus the `tags` stream when config.tagger_dir names a tagger (the
+    split is tagged once and cached beside it, see `tagger.tag_corpus`)."""
+    encoded = encode_split(text, self.vocab)
+    if not self.config.get("tagger_dir"):
+      return encoded
+    from attnlm_jax import tagger  # pylint: disable=g-import-not-at-top
+    tags = tagger.tag_corpus(self.config.tagger_dir, self.config.corpus, split, text.sentences)
+    return dataclasses.replace(encoded, tags=np.concatenate(tags).astype(np.int32))
 
   def sentences(self, split: str) -> list[np.ndarray]:
     """The encoded sentences of `split`, each its word ids followed by EOS_ID."""
@@ -153,34 +191,46 @@ class LMData:
     return batching.train_plan(lengths, self.config.batch_size, self.config.seed, epoch,
                                self.config.bucket, self.config.max_len)
 
-  def train_iterator(self, epoch: int) -> grain.DatasetIterator:
+  def train_iterator(self, epoch: int, process_index: int = 0,
+                     process_count: int = 1) -> grain.DatasetIterator:
     """A grain iterator over the training batches of `epoch`.
 
+    In a run of `process_count` processes each process reads only its rows of every global
+    batch of the plan (`process_rows`), padded to the width of the whole global batch.
+
     Rows are truncated to max_len tokens and padded to max_len, or with bucketing to the
-    batch's longest row. `get_state()` / `set_state()` checkpoint the position.
+    batch's longest row rounded up to a multiple of `config.width_multiple` (at most
+    max_len; 1 when the field is absent). `get_state()` / `set_state()` checkpoint the
+    position.
     """
-    tokens = self.split("train").tokens
+    data = self.split("train")
     starts, lengths = self.units("train")
     max_len, fixed = self.config.max_len, not self.config.bucket
+    multiple = self.config.get("width_multiple", 1)
 
     def collate(rows: np.ndarray) -> dict[str, np.ndarray]:
       row_lengths = batching.row_lengths(rows, lengths, max_len)
-      width = max_len if fixed else int(row_lengths.max())
-      return batching.make_batch(tokens, starts[np.maximum(rows, 0)], row_lengths, width)
+      width = max_len if fixed else int(batching.bucket_width(row_lengths.max(), multiple,
+                                                               max_len))
+      mine = process_rows(len(rows), process_index, process_count)
+      return make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine], width)
 
     dataset = grain.MapDataset.source(list(self.train_plan(epoch))).map(collate)
     options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=8)
     return iter(dataset.to_iter_dataset(options))
 
-  def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+  def eval_batches(self, split: str, batch_size: int, process_index: int = 0,
+                   process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
     """Evaluation batches covering every token of `split` once, longest rows first.
 
     Rows are whole units (never truncated), each batch padded to its longest row; the last
-    batch is filled up to `batch_size` with filler rows (lengths 0).
+    batch is filled up to `batch_size` with filler rows (lengths 0). With `process_count`
+    processes each yields only its rows of every batch (`process_rows`), padded alike.
     """
-    tokens = self.split(split).tokens
+    data = self.split(split)
     starts, lengths = self.units(split)
     for rows in batching.eval_plan(lengths, batch_size):
       row_lengths = batching.row_lengths(rows, lengths)
-      yield batching.make_batch(tokens, starts[np.maximum(rows, 0)], row_lengths,
-                                int(row_lengths.max()))
+      mine = process_rows(len(rows), process_index, process_count)
+      yield make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine],
+                       int(row_lengths.max()))
