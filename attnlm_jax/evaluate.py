@@ -101,17 +101,14 @@ def stream_log_probs(model: TrainedModel, stream: pipeline.EncodedSplit,
   the batches of evaluation (longest first, `eval_batch_size` rows, pmapped); the result
   is in stream order.
   """
-  starts, lengths = units or batching.sentence_units(stream.sentence_lengths)
+  units = units or batching.sentence_units(stream.sentence_lengths)
+  starts, lengths = units
   batch_size = model.config.data.eval_batch_size
-  plan = batching.eval_plan(lengths, batch_size)
   p_step = jax.pmap(functools.partial(_log_prob_step, model_config=model.config.model),
                     axis_name=train.AXIS)
   p_params = train.replicate(model.params)
   result = np.zeros(len(stream.tokens), np.float64)
-  for rows in plan:
-    row_lengths = batching.row_lengths(rows, lengths)
-    batch = pipeline.make_batch(stream, starts[np.maximum(rows, 0)], row_lengths,
-                                int(row_lengths.max()))
+  for rows, batch in pipeline.eval_batches(stream, units, batch_size):
     log_probs = np.asarray(p_step(p_params, train.shard_batch(batch, train.EVAL_TIME_MULTIPLE)))
     log_probs = log_probs.reshape(batch_size, -1)
     for row, unit in enumerate(rows[rows >= 0]):

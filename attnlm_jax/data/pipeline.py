@@ -86,6 +86,23 @@ def process_rows(batch_size: int, process_index: int, process_count: int) -> sli
   return slice(process_index * rows, (process_index + 1) * rows)
 
 
+def eval_batches(data: EncodedSplit, units: tuple[np.ndarray, np.ndarray], batch_size: int,
+                 process_index: int = 0, process_count: int = 1
+                 ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+  """(unit indices, batch) of evaluation batches over the `units` (starts, lengths) of `data`.
+
+  Every unit is one whole row (never truncated), longest first, each batch padded to its
+  longest row and filled up to `batch_size` with filler rows (index -1, length 0). With
+  `process_count` processes each gets only its rows of every batch (`process_rows`).
+  """
+  starts, lengths = units
+  for rows in batching.eval_plan(lengths, batch_size):
+    row_lengths = batching.row_lengths(rows, lengths)
+    mine = process_rows(len(rows), process_index, process_count)
+    yield rows[mine], make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine],
+                                 int(row_lengths.max()))
+
+
 def _check_config(config: ml_collections.ConfigDict) -> None:
   """Rejects data settings that cannot work, with a one-line CorpusError."""
   choices = {"corpus": corpus_lib.CORPORA, "source": SOURCES, "span": SPANS}
@@ -227,10 +244,6 @@ class LMData:
     batch is filled up to `batch_size` with filler rows (lengths 0). With `process_count`
     processes each yields only its rows of every batch (`process_rows`), padded alike.
     """
-    data = self.split(split)
-    starts, lengths = self.units(split)
-    for rows in batching.eval_plan(lengths, batch_size):
-      row_lengths = batching.row_lengths(rows, lengths)
-      mine = process_rows(len(rows), process_index, process_count)
-      yield make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine],
-                       int(row_lengths.max()))
+    for _, batch in eval_batches(self.split(split), self.units(split), batch_size,
+                                 process_index, process_count):
+      yield batch
