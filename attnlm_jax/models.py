@@ -227,7 +227,7 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
   else:
     query, context, weights = _scan(params, config, score, embedded, lengths, drop)
   features, new_stats = _head(params, config, score, query, context, valid, train)
-  logits = _logits(params, features)
+  logits = _logits(params, config, features)
   outputs = (logits, weights) if return_attention else logits
   if mutable:
     return outputs, ({STATS: new_stats} if new_stats is not None else {})
@@ -399,9 +399,10 @@ def _head(params, config, score, query, context, valid, train):
                     train=train, compute_dtype=_compute_dtype(config))
 
 
-def _logits(params, features):
-  """Tied softmax logits: h'_t E^T + b."""
-  return jnp.einsum("...h,vh->...v", features, params["embed"]) + params["out_bias"]
+def _logits(params, config, features):
+  """Tied softmax logits: h'_t E^T + b (the matmul in the compute dtype, the softmax that
+  follows in float32)."""
+  return nn.dot(features, params["embed"].T, _compute_dtype(config)) + params["out_bias"]
 
 
 def _initial_state(params, config, score, batch_size: int, capacity: int,
@@ -455,4 +456,4 @@ def step(params: dict, config, state: DecodeState, token: jax.Array,
   expand = lambda x: None if x is None else x[:, None]
   features, _ = _head(params, config, score, expand(query), expand(context),
                       valid[:, None], train=False)
-  return _logits(params, features[:, 0]), state
+  return _logits(params, config, features[:, 0]), state

@@ -1,5 +1,6 @@
 """Numerical building blocks shared by the LSTM, the score functions and the output layers."""
 
+import functools
 from typing import Sequence
 
 import jax
@@ -10,13 +11,38 @@ _MASKED_SCORE = -1e9
 
 
 def dot(x: jax.Array, w: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
-  """`x @ w` with inputs cast to `compute_dtype` and float32 accumulation and result.
+  """`x @ w` (x [..., D], w [D, N]) with inputs cast to `compute_dtype`, float32 accumulation
+  and result, in both passes: the backward matmuls dx = g w^T and dw = x^T g (summed over x's
+  leading axes) take `compute_dtype` inputs too.
 
-  With `compute_dtype=bfloat16` the matmul runs at bf16 speed on TPUs while parameters,
-  accumulation and everything downstream stay in float32.
+  With `compute_dtype=bfloat16` every matmul of training runs at bfloat16 speed (TPUs, and CPUs
+  with AMX) while parameters, gradients, accumulation and everything downstream stay in
+  float32. (Left to autodiff, the backward matmuls would take a float32 cotangent and run in
+  float32.)
   """
+  return _dot(x, w, compute_dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _dot(x, w, compute_dtype):
   return jnp.matmul(x.astype(compute_dtype), w.astype(compute_dtype),
                     preferred_element_type=jnp.float32)
+
+
+def _dot_fwd(x, w, compute_dtype):
+  return _dot(x, w, compute_dtype), (x, w)
+
+
+def _dot_bwd(compute_dtype, residuals, g):
+  x, w = residuals
+  rows = lambda a: a.reshape(-1, a.shape[-1]).astype(compute_dtype)      # [..., K] -> [M, K]
+  dx = jnp.matmul(g.astype(compute_dtype), w.astype(compute_dtype).T,
+                  preferred_element_type=jnp.float32)
+  dw = jnp.matmul(rows(x).T, rows(g), preferred_element_type=jnp.float32)
+  return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_dot.defvjp(_dot_fwd, _dot_bwd)
 
 
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:

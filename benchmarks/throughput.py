@@ -16,6 +16,8 @@ corpus's first training epoch), alternating JAX and PyTorch measurement by measu
 - torch_train_padded / torch_eval_padded: `benchmarks.torch_peer` on the padded batches.
 - gemm: this machine's fp32 matmul rate (2048 x 2048, best of numpy and XLA), measured in
   the same run: the roofline (and XLA's bfloat16-input rate beside it, for reference).
+- recurrent_gemm: the rate of the recurrent matmul h_{t-1} W_h ([32, H] x [H, 4H]) chained
+  over 35 steps, in XLA and in PyTorch: the small matmul the recurrence is made of.
 
 It prints one JSON line: real (non-pad) tokens/s of each measurement, the JAX/PyTorch ratios,
 the JAX compile times, the useful FLOPs per real token (`useful_flops`) and each measurement's
@@ -145,6 +147,46 @@ def gemm_flops(size: int = 2048, repeats: int = 5) -> dict:
           "xla_bf16": best(lambda: matmul(bf16, bf16).block_until_ready())}
 
 
+def recurrent_gemm_flops(batch_size: int, hidden_size: int, steps: int = MAX_LEN,
+                         repeats: int = 5) -> dict:
+  """FLOP/s of the LSTM's recurrent matmul h_{t-1} W_h ([B, H] x [H, 4H], fp32) as the
+  recurrence runs it: `steps` dependent matmuls in a row (h <- tanh(h W_h)[:, :H]), with XLA
+  in a `lax.scan` and with PyTorch in a loop. It is the one matmul that cannot be batched over
+  time, and the difference between the two frameworks' small-matrix kernels shows here."""
+  import torch  # pylint: disable=g-import-not-at-top  (optional extra)
+
+  rng = np.random.default_rng(0)
+  w = rng.uniform(-0.05, 0.05, (hidden_size, 4 * hidden_size)).astype(np.float32)
+  h0 = rng.standard_normal((batch_size, hidden_size)).astype(np.float32)
+  flops = 2.0 * batch_size * hidden_size * 4 * hidden_size * steps
+
+  @jax.jit
+  def xla_chain(h, w):
+    return jax.lax.scan(lambda h, _: (jnp.tanh(h @ w)[:, :hidden_size], None), h, None,
+                        length=steps)[0]
+
+  def torch_chain(h, w):
+    for _ in range(steps):
+      h = torch.tanh(h @ w)[:, :hidden_size]
+    return h
+
+  def best(run, finish):
+    finish(run())
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      finish(run())
+      times.append(time.perf_counter() - start)
+    return flops / min(times)
+
+  xla_args = (jnp.asarray(h0), jnp.asarray(w))
+  torch_args = (torch.from_numpy(h0), torch.from_numpy(w))
+  with torch.no_grad():
+    rates = {"xla": best(lambda: xla_chain(*xla_args), jax.block_until_ready),
+             "torch": best(lambda: torch_chain(*torch_args), lambda x: x.sum().item())}
+  return {**rates, "shape": [batch_size, hidden_size, 4 * hidden_size]}
+
+
 def time_loop(run: Callable[[dict], object], batches: list, warmup: int,
               finish: Callable[[object], None]) -> float:
   """Seconds for `run` over `batches` after `warmup` steps; `finish` waits for the result."""
@@ -248,6 +290,7 @@ def benchmark(shape_name: str, score: str, steps: int, warmup: int, rounds: int,
   rate = {name: tokens / statistics.median(s) for name, s in seconds.items()}
 
   gemm = gemm_flops()
+  recurrent_gemm = recurrent_gemm_flops(BATCH_SIZE, shape.hidden_size)
   roofline = max(gemm["numpy_fp32"], gemm["xla_fp32"])
   flops = {"train": useful_flops(config, lengths, True) / tokens,
            "eval": useful_flops(config, lengths, False) / tokens}
@@ -270,6 +313,9 @@ def benchmark(shape_name: str, score: str, steps: int, warmup: int, rounds: int,
           "eval_defaults": rate["jax_eval_bucketed"] / rate["torch_eval_padded"]},
       "compile_s": compile_s,
       "gemm_gflops": {k: v / 1e9 for k, v in gemm.items()},
+      "recurrent_gemm_gflops": {"xla": recurrent_gemm["xla"] / 1e9,
+                                "torch": recurrent_gemm["torch"] / 1e9,
+                                "shape": recurrent_gemm["shape"]},
       "useful_flops_per_token": flops,
       "roofline_fraction": {
           name: flops["train" if "train" in name else "eval"] * r / roofline

@@ -1,4 +1,5 @@
-"""bfloat16 compute trains like float32: the demo model's loss after a few SGD steps."""
+"""bfloat16 compute: its matmuls in both passes, and the demo model's loss after a few SGD
+steps against float32."""
 
 import pathlib
 import runpy
@@ -10,6 +11,7 @@ import optax
 
 from attnlm_jax import data as data_lib
 from attnlm_jax import models
+from attnlm_jax import nn
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Early steps: at the demo's learning rate 1.0, later steps go through loss spikes whose
@@ -67,3 +69,18 @@ def test_bfloat16_loss_after_training_is_within_one_percent_of_float32():
   assert full < 0.95 * untrained                       # the steps did train
   assert full != half                                  # bfloat16 did change the arithmetic
   assert abs(half - full) <= 0.01 * full
+
+
+def test_bfloat16_dot_runs_both_backward_matmuls_on_bfloat16_inputs():
+  rng = np.random.default_rng(0)
+  x, w, g = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 3, 5), (5, 4),
+                                                                           (2, 3, 4)))
+  rounded = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16), np.float64)
+  dx, dw = jax.vjp(lambda x, w: nn.dot(x, w, jnp.bfloat16), x, w)[1](jnp.asarray(g))
+  np.testing.assert_allclose(dx, rounded(g) @ rounded(w).T, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(dw, np.einsum("bsd,bsn->dn", rounded(x), rounded(g)), rtol=1e-5,
+                             atol=1e-6)
+  assert not np.allclose(dw, np.einsum("bsd,bsn->dn", x, g), rtol=1e-4, atol=0)
+  dx32, dw32 = jax.vjp(lambda x, w: nn.dot(x, w), x, w)[1](jnp.asarray(g))
+  np.testing.assert_allclose(dx32, g @ w.T, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(dw32, np.einsum("bsd,bsn->dn", x, g), rtol=1e-5, atol=1e-6)

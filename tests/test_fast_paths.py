@@ -1,10 +1,12 @@
-"""The fast paths against the reference forms: streaming memory, cached keys, query blocks."""
+"""The fast paths against the reference forms: streaming memory, cached keys, query blocks,
+the LSTM's written-out backward pass."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attnlm_jax import lstm
 from attnlm_jax import memory as memory_lib
 from attnlm_jax import models
 from attnlm_jax import scores
@@ -202,3 +204,35 @@ def test_query_blocks_equal_one_block_with_gradients(name):
   np.testing.assert_allclose(np.asarray(logits_b)[mask], np.asarray(logits_w)[mask], atol=1e-5)
   np.testing.assert_allclose(weights_b, weights_w, atol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), grads_b, grads_w)
+
+
+# --------------------------------------------------------------------------- LSTM backward
+
+
+@pytest.mark.parametrize("unroll", (1, 3))
+def test_lstm_backward_pass_equals_autodiff_of_the_cell_scan(unroll):
+  steps, batch, hidden = 7, 3, 4
+  rng = np.random.default_rng(2)
+  normal = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
+  layer = lstm.init_layer(jax.random.key(0), 5, hidden, init_scale=0.8, forget_bias=0.5)
+  gates_x, start = normal(steps, batch, 4 * hidden), lstm.LSTMState(normal(batch, hidden),
+                                                                     normal(batch, hidden))
+  probes = (normal(steps, batch, hidden), normal(batch, hidden), normal(batch, hidden))
+
+  def cell_scan(layer, gates_x, state):          # the reference: autodiff through `cell`
+    def step(carry, gx):
+      carry = lstm.cell(layer, gx, carry)
+      return carry, carry.h
+    return jax.lax.scan(step, state, gates_x)
+
+  def loss(run, w_h, gates_x, state):            # every output and the final state count
+    final, hs = run({**layer, "w_h": w_h}, gates_x, state)
+    return jnp.sum(hs * probes[0]) + jnp.sum(final.h * probes[1]) + jnp.sum(final.c * probes[2])
+
+  written = lambda *a: lstm.scan_layer(*a, unroll=unroll)
+  value, grads = jax.jit(jax.value_and_grad(lambda *a: loss(written, *a), argnums=(0, 1, 2)))(
+      layer["w_h"], gates_x, start)
+  ref_value, ref_grads = jax.value_and_grad(lambda *a: loss(cell_scan, *a), argnums=(0, 1, 2))(
+      layer["w_h"], gates_x, start)
+  np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), grads, ref_grads)
