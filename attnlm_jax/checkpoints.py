@@ -23,6 +23,7 @@ from orbax.checkpoint import checkpoint_managers
 
 from attnlm_jax import errors
 from attnlm_jax import logging_utils
+from attnlm_jax import models
 from attnlm_jax.data import vocab as vocab_lib
 
 CONFIG_FILE = "config.json"
@@ -159,12 +160,17 @@ def write_config_and_vocab(workdir: epath.Path, config: ml_collections.ConfigDic
 
 
 def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
-  """The config.json saved in a workdir, as a locked ConfigDict."""
+  """The config.json saved in a workdir, as a locked ConfigDict. Model fields added since the
+  run was saved take their `models.default_config` values (a new field's default keeps the
+  behaviour from before it existed)."""
   path = workdir / CONFIG_FILE
   if not path.exists():
     raise CheckpointError(f"{path} not found: pass --config=configs/NAME.py or the --workdir "
                           "of a training run")
-  config = ml_collections.ConfigDict(json.loads(path.read_text()))
+  saved = json.loads(path.read_text())
+  model = models.default_config()
+  model.update(saved.get("model", {}))
+  config = ml_collections.ConfigDict({**saved, "model": model})
   config.lock()
   return config
 

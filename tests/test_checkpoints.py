@@ -14,6 +14,7 @@ import pytest
 
 from attnlm_jax import checkpoints
 from attnlm_jax import evaluate
+from attnlm_jax import models
 from attnlm_jax import train
 from attnlm_jax.data import vocab as vocab_lib
 import tiny_config
@@ -83,6 +84,17 @@ def _checkpointed_params(workdir):
                                                                       model.params))
   ckpt.close()
   return model.step, model.params, latest, meta
+
+
+def test_saved_config_from_before_a_model_field_existed_gets_its_default(tmp_path):
+  saved = {"model": {"score": "combined", "hidden_size": 7, "vocab_size": 11},
+           "data": {"corpus": "embedded"}}
+  (tmp_path / checkpoints.CONFIG_FILE).write_text(json.dumps(saved))
+  config = checkpoints.read_config(epath.Path(tmp_path))
+  assert (config.model.score, config.model.hidden_size) == ("combined", 7)
+  assert config.model.streaming_min_len == models.default_config().streaming_min_len
+  assert config.data.corpus == "embedded"
+  models.validate(config.model)
 
 
 def test_kill_9_then_rerun_ends_like_an_uninterrupted_run(tmp_path):
