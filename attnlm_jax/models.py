@@ -402,7 +402,7 @@ def _head(params, config, score, query, context, valid, train):
 def _logits(params, config, features):
   """Tied softmax logits: h'_t E^T + b (the matmul in the compute dtype, the softmax that
   follows in float32)."""
-  return nn.dot(features, params["embed"].T, _compute_dtype(config)) + params["out_bias"]
+  return nn.dot_transposed(features, params["embed"], _compute_dtype(config)) + params["out_bias"]
 
 
 def _initial_state(params, config, score, batch_size: int, capacity: int,

@@ -20,25 +20,31 @@ def dot(x: jax.Array, w: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
   float32. (Left to autodiff, the backward matmuls would take a float32 cotangent and run in
   float32.)
   """
-  return _dot(x, w, compute_dtype)
+  return _dot(x, w, compute_dtype, "dn")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _dot(x, w, compute_dtype):
-  return jnp.matmul(x.astype(compute_dtype), w.astype(compute_dtype),
+def dot_transposed(x: jax.Array, w: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
+  """`x @ w^T` for w [N, D], as `dot` but contracting w's last axis: no transposed copy of w
+  (for the tied output layer h E^T, whose E [V, H] a copy would move at every decoding step)."""
+  return _dot(x, w, compute_dtype, "nd")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _dot(x, w, compute_dtype, w_axes: str):
+  return jnp.einsum(f"...d,{w_axes}->...n", x.astype(compute_dtype), w.astype(compute_dtype),
                     preferred_element_type=jnp.float32)
 
 
-def _dot_fwd(x, w, compute_dtype):
-  return _dot(x, w, compute_dtype), (x, w)
+def _dot_fwd(x, w, compute_dtype, w_axes):
+  return _dot(x, w, compute_dtype, w_axes), (x, w)
 
 
-def _dot_bwd(compute_dtype, residuals, g):
+def _dot_bwd(compute_dtype, w_axes, residuals, g):
   x, w = residuals
   rows = lambda a: a.reshape(-1, a.shape[-1]).astype(compute_dtype)      # [..., K] -> [M, K]
-  dx = jnp.matmul(g.astype(compute_dtype), w.astype(compute_dtype).T,
+  dx = jnp.einsum(f"...n,{w_axes}->...d", g.astype(compute_dtype), w.astype(compute_dtype),
                   preferred_element_type=jnp.float32)
-  dw = jnp.matmul(rows(x).T, rows(g), preferred_element_type=jnp.float32)
+  dw = jnp.einsum(f"md,mn->{w_axes}", rows(x), rows(g), preferred_element_type=jnp.float32)
   return dx.astype(x.dtype), dw.astype(w.dtype)
 
 

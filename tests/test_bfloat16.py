@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from attnlm_jax import data as data_lib
 from attnlm_jax import models
@@ -71,16 +72,25 @@ def test_bfloat16_loss_after_training_is_within_one_percent_of_float32():
   assert abs(half - full) <= 0.01 * full
 
 
-def test_bfloat16_dot_runs_both_backward_matmuls_on_bfloat16_inputs():
+# nn.dot with w [D, N], and nn.dot_transposed with the same weights stored as w^T [N, D].
+LAYOUTS = {"dot": (nn.dot, lambda w: w), "dot_transposed": (nn.dot_transposed, np.transpose)}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bfloat16_dot_runs_both_backward_matmuls_on_bfloat16_inputs(layout):
+  dot, stored = LAYOUTS[layout]
   rng = np.random.default_rng(0)
   x, w, g = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 3, 5), (5, 4),
                                                                            (2, 3, 4)))
   rounded = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16), np.float64)
-  dx, dw = jax.vjp(lambda x, w: nn.dot(x, w, jnp.bfloat16), x, w)[1](jnp.asarray(g))
+  value, pullback = jax.vjp(lambda x, w: dot(x, w, jnp.bfloat16), x, stored(w))
+  dx, dw = pullback(jnp.asarray(g))
+  np.testing.assert_allclose(value, rounded(x) @ rounded(w), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(dx, rounded(g) @ rounded(w).T, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(dw, np.einsum("bsd,bsn->dn", rounded(x), rounded(g)), rtol=1e-5,
-                             atol=1e-6)
-  assert not np.allclose(dw, np.einsum("bsd,bsn->dn", x, g), rtol=1e-4, atol=0)
-  dx32, dw32 = jax.vjp(lambda x, w: nn.dot(x, w), x, w)[1](jnp.asarray(g))
+  np.testing.assert_allclose(dw, stored(np.einsum("bsd,bsn->dn", rounded(x), rounded(g))),
+                             rtol=1e-5, atol=1e-6)
+  assert not np.allclose(dw, stored(np.einsum("bsd,bsn->dn", x, g)), rtol=1e-4, atol=0)
+  dx32, dw32 = jax.vjp(lambda x, w: dot(x, w), x, stored(w))[1](jnp.asarray(g))
   np.testing.assert_allclose(dx32, g @ w.T, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(dw32, np.einsum("bsd,bsn->dn", x, g), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(dw32, stored(np.einsum("bsd,bsn->dn", x, g)), rtol=1e-5,
+                             atol=1e-6)
