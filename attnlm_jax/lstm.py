@@ -115,9 +115,7 @@ def _recurrence_bwd(compute_dtype, unroll, residuals, cotangents):
     dc = carry.c + dh * o * (1.0 - tanh_c * tanh_c)
     dz = jnp.concatenate([dc * g * i * (1.0 - i), dc * c_before * f * (1.0 - f),
                           dc * i * (1.0 - g * g), dh * tanh_c * o * (1.0 - o)], axis=-1)
-    # dz W_h^T as a contraction over W_h's gate axis: no transposed copy of W_h.
-    dh_prev = jnp.einsum("bg,hg->bh", dz.astype(compute_dtype), w_h.astype(compute_dtype),
-                         preferred_element_type=jnp.float32)
+    dh_prev = nn.dot_transposed(dz, w_h, compute_dtype)     # dz W_h^T, no copy of W_h^T
     return LSTMState(dh_prev, dc * f), dz
 
   d_state, dz = jax.lax.scan(step, d_final, (d_hs, c_prev, cs, activations), reverse=True,
