@@ -125,21 +125,23 @@ def useful_flops(config, lengths: np.ndarray, train_step: bool) -> float:
   return float(forward * (3 if train_step else 1))
 
 
+def best_rate(flops: float, run: Callable[[], object], repeats: int) -> float:
+  """`flops` / the best of `repeats` timings of `run` (which waits for its result), after one
+  warm-up call."""
+  run()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    run()
+    times.append(time.perf_counter() - start)
+  return flops / min(times)
+
+
 def gemm_flops(size: int = 2048, repeats: int = 5) -> dict:
   """Matmul FLOP/s on this machine (best of `repeats`): fp32 with numpy and with XLA, and
   XLA with bfloat16 inputs and float32 accumulation (as `compute_dtype=bfloat16` does)."""
   a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
-  flops = 2.0 * size ** 3
-
-  def best(fn):
-    fn()
-    times = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      fn()
-      times.append(time.perf_counter() - start)
-    return flops / min(times)
-
+  best = lambda run: best_rate(2.0 * size ** 3, run, repeats)
   matmul = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
   fp32, bf16 = jnp.asarray(a), jnp.asarray(a, jnp.bfloat16)
   return {"numpy_fp32": best(lambda: a @ a),
@@ -170,20 +172,12 @@ def recurrent_gemm_flops(batch_size: int, hidden_size: int, steps: int = MAX_LEN
       h = torch.tanh(h @ w)[:, :hidden_size]
     return h
 
-  def best(run, finish):
-    finish(run())
-    times = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      finish(run())
-      times.append(time.perf_counter() - start)
-    return flops / min(times)
-
   xla_args = (jnp.asarray(h0), jnp.asarray(w))
   torch_args = (torch.from_numpy(h0), torch.from_numpy(w))
   with torch.no_grad():
-    rates = {"xla": best(lambda: xla_chain(*xla_args), jax.block_until_ready),
-             "torch": best(lambda: torch_chain(*torch_args), lambda x: x.sum().item())}
+    rates = {
+        "xla": best_rate(flops, lambda: xla_chain(*xla_args).block_until_ready(), repeats),
+        "torch": best_rate(flops, lambda: torch_chain(*torch_args).sum().item(), repeats)}
   return {**rates, "shape": [batch_size, hidden_size, 4 * hidden_size]}
 
 
