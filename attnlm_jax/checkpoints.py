@@ -5,16 +5,21 @@ Layout of a workdir:
     vocab.json         the vocabulary (`Vocabulary.save`), written once
     checkpoints/<step>/  Orbax checkpoints: `state` (params, opt_state, rng, step) and `meta`
                        (JSON: epoch, data iterator position, learning rate, early stopping)
+    unreadable_checkpoints/<step>/  checkpoints a resume found unreadable, set aside
 
 The manager saves every `save_every_steps` steps and at the end of every epoch (with the
-validation perplexity as its metric) and keeps two checkpoints: the latest, to resume from,
-and the best by validation perplexity, to roll back to and evaluate. A workdir whose
-vocabulary or parameter shapes do not fit the config is refused before anything is written.
+validation perplexity as its metric) and keeps the latest two, to resume from, and the best
+by validation perplexity, to roll back to and evaluate. A latest checkpoint that cannot be
+read (a crash mid-write, a truncated or deleted file) is reported in one line, moved to
+`unreadable_checkpoints/<step>` (kept, not deleted) and the run resumes from the one before
+(`restore_latest`); a workdir whose vocabulary or parameter shapes do not fit the config is
+refused before anything is written.
 """
 
 import json
 from typing import Any, Optional
 
+from absl import logging
 from etils import epath
 import jax
 import ml_collections
@@ -29,7 +34,10 @@ from attnlm_jax.data import vocab as vocab_lib
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 CHECKPOINT_DIR = "checkpoints"
+UNREADABLE_DIR = "unreadable_checkpoints"
 METRIC = "valid_perplexity"
+# Latest checkpoints kept: a resume falls back to an older one when the newest is unreadable.
+KEEP_LATEST = 2
 
 
 class CheckpointError(errors.UserError):
@@ -51,12 +59,13 @@ class Checkpoints:
     self._save_every_steps = save_every_steps
     options = ocp.CheckpointManagerOptions(
         preservation_policy=checkpoint_managers.AnyPreservationPolicy([
-            checkpoint_managers.LatestN(1),
+            checkpoint_managers.LatestN(KEEP_LATEST),
             checkpoint_managers.BestN(get_metric_fn=lambda m: m[METRIC], reverse=True, n=1,
                                       keep_checkpoints_without_metrics=False)]),
         best_fn=lambda m: m[METRIC], best_mode="min",
         cleanup_tmp_directories=not read_only, read_only=read_only, create=not read_only)
     self.directory = epath.Path(workdir) / CHECKPOINT_DIR
+    self._unreadable_directory = epath.Path(workdir) / UNREADABLE_DIR
     self._manager = ocp.CheckpointManager(
         self.directory, options=options,
         item_handlers={"state": ocp.StandardCheckpointHandler(),
@@ -89,16 +98,76 @@ class Checkpoints:
                                                      meta=ocp.args.JsonSave(meta)),
                        metrics=metrics, force=True)
 
+  def all_steps(self) -> list[int]:
+    """The steps of every checkpoint in the directory, oldest first."""
+    return sorted(self._manager.all_steps())
+
   def restore(self, step: int, target: Any) -> tuple[Any, dict]:
-    """(state, meta) of checkpoint `step`; `target` gives the tree and shapes (abstract)."""
-    restored = self._manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    """(state, meta) of checkpoint `step`; `target` gives the tree and shapes (abstract).
+
+    Raises:
+      CheckpointError: the checkpoint cannot be read (one line naming it and the cause).
+    """
+    try:
+      restored = self._manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+      if restored["meta"] is None or restored["state"] is None:
+        raise ValueError("part of it is missing")
+    except Exception as e:  # Orbax and tensorstore raise many kinds; all mean "unreadable".
+      raise CheckpointError(f"checkpoint {step} in {self.directory} cannot be read "
+                            f"({_first_line(e)})") from e
     return restored["state"], restored["meta"]
 
+  def restore_latest(self, target: Any) -> Optional[tuple[Any, dict]]:
+    """(state, meta) of the newest readable checkpoint, None when there is none at all.
+
+    An unreadable newer checkpoint is reported in one warning line and moved to
+    `unreadable_checkpoints/<step>`, so that the resumed run can save that step again.
+
+    Raises:
+      CheckpointError: checkpoints exist but none can be read (nothing is moved).
+    """
+    failures = []
+    for step in reversed(self.all_steps()):
+      try:
+        restored = self.restore(step, target)
+      except CheckpointError as e:
+        logging.warning("%s: trying the one before", e)
+        failures.append((step, str(e)))
+        continue
+      for unreadable_step, _ in failures:
+        self._set_aside(unreadable_step)
+      return restored
+    if failures:
+      raise CheckpointError(f"no checkpoint in {self.directory} can be read "
+                            f"({'; '.join(message for _, message in failures)}): delete "
+                            "that directory to start over, or use a new --workdir")
+    return None
+
+  def _set_aside(self, step: int) -> None:
+    """Moves checkpoint `step` to `unreadable_checkpoints/<step>[.N]` and forgets it."""
+    self._unreadable_directory.mkdir(parents=True, exist_ok=True)
+    destination = self._unreadable_directory / str(step)
+    copies = 1
+    while destination.exists():
+      destination = self._unreadable_directory / f"{step}.{copies}"
+      copies += 1
+    (self.directory / str(step)).rename(destination)
+    self._manager.reload()
+    logging.warning("moved unreadable checkpoint %d to %s", step, destination)
+
   def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
-    """{"embed": (V, H), "lstm/0/...": ...} of the parameters saved at `step`."""
-    tree = self._manager.item_metadata(step)["state"].tree
-    return _shapes(tree["params"])
+    """{"embed": (V, H), "lstm/0/...": ...} of the parameters saved at `step`.
+
+    Raises:
+      CheckpointError: the checkpoint's metadata cannot be read.
+    """
+    try:
+      tree = self._manager.item_metadata(step)["state"].tree
+      return _shapes(tree["params"])
+    except Exception as e:  # As in `restore`: any failure means unreadable.
+      raise CheckpointError(f"checkpoint {step} in {self.directory} cannot be read "
+                            f"({_first_line(e)})") from e
 
   def wait(self) -> None:
     """Blocks until pending saves are written."""
@@ -107,6 +176,12 @@ class Checkpoints:
   def close(self) -> None:
     """Waits for pending saves and releases the manager."""
     self._manager.close()
+
+
+def _first_line(error: Exception) -> str:
+  """`Type: first line of the message` of an exception, for one-line reports."""
+  lines = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _shapes(tree) -> dict[str, tuple[int, ...]]:
@@ -136,10 +211,16 @@ def check_compatible(workdir: epath.Path, vocab: vocab_lib.Vocabulary, params: A
   if not (workdir / CHECKPOINT_DIR).exists():
     return
   checkpoints = Checkpoints(workdir, read_only=True)
-  step = checkpoints.latest_step()
-  if step is None:
+  saved_shapes = None
+  for step in reversed(checkpoints.all_steps()):
+    try:
+      saved_shapes = checkpoints.param_shapes(step)
+      break
+    except CheckpointError:
+      continue  # Reported by whoever restores it; the previous one may be readable.
+  if saved_shapes is None:
     return
-  saved_shapes, shapes = checkpoints.param_shapes(step), _shapes(params)
+  shapes = _shapes(params)
   for name in sorted(saved_shapes.keys() | shapes.keys()):
     if saved_shapes.get(name) != shapes.get(name):
       raise CheckpointError(

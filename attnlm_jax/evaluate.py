@@ -2,7 +2,7 @@
 
 All three restore the best checkpoint of a training workdir (the parameters training ends
 with), with the vocabulary and, unless another is given, the config saved beside it.
-- `evaluate`: both perplexities of a split (`losses.py`) with the pmapped `train.eval_step`;
+- `evaluate`: both perplexities of a split (`losses.py`) with `steps.Evaluator`;
 - `score`: the natural-log probability of every token of every line of a text file
   (`models.apply`), in the same batches as evaluation; `split_log_probs` gives the same for
   every token of a split (what `ensemble.py` mixes);
@@ -23,6 +23,8 @@ from attnlm_jax import checkpoints
 from attnlm_jax import data as data_lib
 from attnlm_jax import losses
 from attnlm_jax import models
+from attnlm_jax import parallel
+from attnlm_jax import steps
 from attnlm_jax import tagger
 from attnlm_jax import train
 from attnlm_jax.data import batching
@@ -77,10 +79,8 @@ def evaluate(model: TrainedModel, split: str) -> dict:
      "step"}.
   """
   data = data_lib.load(model.config.data, model.vocab)
-  result = train.evaluate_batches(
-      train.pmapped_eval_step(model.config.model), train.replicate(model.params),
-      data.eval_batches(split, model.config.data.eval_batch_size, jax.process_index(),
-                        jax.process_count()))
+  result = steps.Evaluator(model.config.model)(parallel.replicate(model.params), data, split,
+                                               model.config.data.eval_batch_size)
   return {"split": split, **result, "step": model.step}
 
 
@@ -105,14 +105,47 @@ def stream_log_probs(model: TrainedModel, stream: pipeline.EncodedSplit,
   starts, lengths = units
   batch_size = model.config.data.eval_batch_size
   p_step = jax.pmap(functools.partial(_log_prob_step, model_config=model.config.model),
-                    axis_name=train.AXIS)
-  p_params = train.replicate(model.params)
+                    axis_name=parallel.AXIS)
+  p_params = parallel.replicate(model.params)
   result = np.zeros(len(stream.tokens), np.float64)
   for rows, batch in pipeline.eval_batches(stream, units, batch_size):
-    log_probs = np.asarray(p_step(p_params, train.shard_batch(batch, train.EVAL_TIME_MULTIPLE)))
+    log_probs = np.asarray(p_step(p_params, parallel.shard_batch(batch,
+                                                                  steps.EVAL_TIME_MULTIPLE)))
     log_probs = log_probs.reshape(batch_size, -1)
     for row, unit in enumerate(rows[rows >= 0]):
       result[starts[unit]:starts[unit] + lengths[unit]] = log_probs[row, :lengths[unit]]
+  return result
+
+
+def _window_log_prob_step(params, batch, carry, *, model_config):
+  """`_log_prob_step` of one stream window, from and to the rows' carried state (pmap)."""
+  logits, carry, _ = models.apply_window(params, model_config, batch["inputs"],
+                                         batch["lengths"], carry, tags=batch.get("tags"))
+  log_probs = losses.token_log_probs(logits, batch["targets"])
+  return jnp.where(losses.token_mask(batch["lengths"], log_probs.shape[1]), log_probs,
+                   0.0), carry
+
+
+def _stream_protocol_log_probs(model: TrainedModel, data: pipeline.LMData,
+                               split: str) -> np.ndarray:
+  """log p(token) [N] of every token of `split` read as evaluation reads a stream: the
+  windows of `eval_batch_size` rows with the state carried (config.data.span "stream")."""
+  batch_size = model.config.data.eval_batch_size
+  p_step = jax.pmap(functools.partial(_window_log_prob_step, model_config=model.config.model),
+                    axis_name=parallel.AXIS)
+  p_params = parallel.replicate(model.params)
+  carry = parallel.replicate(steps.initial_carry(
+      model.params, model.config.model, batch_size // jax.local_device_count()))
+  starts, lengths = data.stream_rows(split, batch_size)
+  width = model.config.data.max_len
+  result = np.zeros(len(data.split(split).tokens), np.float64)
+  for window, batch in enumerate(data.eval_batches(split, batch_size)):
+    log_probs, carry = p_step(p_params, parallel.shard_batch(batch), carry)
+    log_probs = np.asarray(log_probs).reshape(batch_size, width)
+    for row in range(batch_size):
+      offset = window * width
+      count = int(np.clip(lengths[row] - offset, 0, width))
+      result[starts[row] + offset:starts[row] + offset + count] = log_probs[row, :count]
   return result
 
 
@@ -120,11 +153,14 @@ def split_log_probs(model: TrainedModel, split: str) -> tuple[np.ndarray, np.nda
   """(tokens [N], log-probs [N]) of a split of the model's corpus.
 
   The tokens are the split's stream (each sentence's word ids, then EOS_ID); the log-probs
-  are `stream_log_probs` over the rows of evaluation (config.data.span), so they sum to
-  minus the `nll` of `evaluate`.
+  are computed over the rows of evaluation (config.data.span: `stream_log_probs` over
+  sentences or documents, carried windows under the stream protocol), so they sum to minus
+  the `nll` of `evaluate`.
   """
   data = data_lib.load(model.config.data, model.vocab)
   stream = data.split(split)
+  if data.is_stream:
+    return stream.tokens, _stream_protocol_log_probs(model, data, split)
   return stream.tokens, stream_log_probs(model, stream, data.units(split))
 
 

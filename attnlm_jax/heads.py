@@ -14,7 +14,7 @@ uses running statistics at evaluation.
 """
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable
 
 import jax
 import jax.numpy as jnp

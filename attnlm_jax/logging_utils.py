@@ -33,32 +33,69 @@ TENSORBOARD_DIR = "tensorboard"
 MIRROR_SECONDS = 60.0
 
 
-# Orbax warnings about what `checkpoints.py` does on purpose: step checkpoints without a
-# metric, and read-only managers for evaluation and workdir checks.
-_EXPECTED_ORBAX_WARNINGS = ("did not provide metrics", "read_only=True", "is read only")
+# Seconds of waiting before a progress bar shows.
+PROGRESS_DELAY_SECONDS = 3.0
+
+# Library log lines to drop, by the package directory they come from: info lines, and the
+# warnings listed, which are about what this project does on purpose (Orbax: step checkpoints
+# without a metric, read-only managers for evaluation and workdir checks).
+_QUIETED = {"orbax": ("did not provide metrics", "read_only=True", "is read only"),
+            "tensorflow_datasets": ()}
 
 
-class _OrbaxFilter(std_logging.Filter):
-  """Drops Orbax's info lines and its warnings about intended behaviour."""
+class _LibraryFilter(std_logging.Filter):
+  """Drops a library's info lines and its warnings about intended behaviour."""
+
+  def __init__(self, package: str, expected_warnings: tuple[str, ...]):
+    super().__init__()
+    self._directory = f"{os.sep}{package}{os.sep}"
+    self._expected = expected_warnings
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    if f"{os.sep}orbax{os.sep}" not in record.pathname:
+    if self._directory not in record.pathname:
       return True
     message = record.getMessage()
     return (record.levelno >= std_logging.WARNING
-            and not any(text in message for text in _EXPECTED_ORBAX_WARNINGS))
+            and not any(text in message for text in self._expected))
+
+
+_previous_unraisablehook = sys.unraisablehook
+
+
+def _drop_abandoned_reads(unraisable) -> None:
+  """sys.unraisablehook: drops "Event loop is closed" (see `quiet_libraries`), passes on the
+  rest."""
+  if not (isinstance(unraisable.exc_value, RuntimeError)
+          and str(unraisable.exc_value) == "Event loop is closed"):
+    _previous_unraisablehook(unraisable)
 
 
 def quiet_libraries() -> None:
   """Keeps the log to this project's lines and the libraries' warnings (idempotent).
 
-  Orbax logs its save/restore details through absl; JAX logs its backend probing (e.g. "no
-  TPU found") through its own logger.
+  Orbax and TFDS log their save/restore and preparation details through absl; JAX logs its
+  backend probing (e.g. "no TPU found") through its own logger. When Orbax fails to read a
+  damaged checkpoint, its other reads still under way finish later on tensorstore threads
+  and report "Event loop is closed" to `sys.unraisablehook`: those reports are dropped (the
+  failure itself is reported once, by `checkpoints.Checkpoints.restore`).
   """
   absl_logger = std_logging.getLogger("absl")
-  if not any(isinstance(f, _OrbaxFilter) for f in absl_logger.filters):
-    absl_logger.addFilter(_OrbaxFilter())
+  if not any(isinstance(f, _LibraryFilter) for f in absl_logger.filters):
+    for package, expected in _QUIETED.items():
+      absl_logger.addFilter(_LibraryFilter(package, expected))
   std_logging.getLogger("jax").setLevel(std_logging.WARNING)
+  if sys.unraisablehook is not _drop_abandoned_reads:
+    global _previous_unraisablehook
+    _previous_unraisablehook = sys.unraisablehook
+    sys.unraisablehook = _drop_abandoned_reads
+
+
+def progress_bar(description: str, total: int | None = None, unit: str = "it") -> tqdm.tqdm:
+  """A progress bar on stderr for a wait of more than a few seconds: shown on a terminal
+  after PROGRESS_DELAY_SECONDS, not under CI or into a log file (see `interactive`)."""
+  return tqdm.tqdm(desc=description, total=total, unit=unit, file=sys.stderr,
+                   delay=PROGRESS_DELAY_SECONDS, disable=not interactive(), leave=False,
+                   dynamic_ncols=True)
 
 
 def interactive() -> bool:
@@ -140,7 +177,12 @@ def is_remote(path: epath.Path) -> bool:
 
 
 class Progress:
-  """Progress of one epoch: a tqdm bar on a terminal, else one log line per `report`."""
+  """Progress of one epoch: a tqdm bar on a terminal, else one log line per `report`.
+
+  The tokens/s it reports are measured between two points where the loop waited for the
+  devices (reading the training sums), so they count work done, not steps dispatched; the
+  clock starts after the epoch's first step (`start_clock`), which may include compilation.
+  """
 
   def __init__(self, epoch: int, total: int, done: int, enabled: bool = True):
     """Starts the epoch's progress at `done` of `total` batches (done > 0 when resuming)."""
@@ -152,7 +194,8 @@ class Progress:
       self._bar = tqdm.tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="batch",
                             dynamic_ncols=True, leave=False)
     self._enabled = enabled
-    self._since = time.perf_counter()
+    self._since = None
+    self._tokens_before = 0
 
   def advance(self) -> None:
     """Counts one trained batch."""
@@ -160,17 +203,27 @@ class Progress:
     if self._bar is not None:
       self._bar.update(1)
 
+  def needs_clock(self) -> bool:
+    """True until `start_clock` is called."""
+    return self._since is None
+
+  def start_clock(self, tokens_so_far: int) -> None:
+    """Starts timing once the devices have finished the steps behind `tokens_so_far` (the
+    tokens since the last report, which the first rate then leaves out)."""
+    self._since = time.perf_counter()
+    self._tokens_before = tokens_so_far
+
   def report(self, step: int, loss: float, tokens: int) -> float:
     """Shows step, loss and tokens/s since the last report; returns the tokens/s.
 
     Args:
       step: the current step.
       loss: the mean token loss since the last report.
-      tokens: the tokens trained on since the last report (or the epoch's start).
+      tokens: the tokens trained on since the last report, all finished on the devices.
     """
     now = time.perf_counter()
-    rate = tokens / max(now - self._since, 1e-9)
-    self._since = now
+    rate = (tokens - self._tokens_before) / max(now - (self._since or now), 1e-9)
+    self._since, self._tokens_before = now, 0
     if self._bar is not None:
       self._bar.set_postfix(step=step, loss=f"{loss:.3f}", tok_s=f"{rate:.0f}")
     elif self._enabled:

@@ -12,12 +12,17 @@
         [--weights=0.5,0.5]
     python -m attnlm_jax.main --mode=analyze --workdir=OUT --workdirs=DIR1,DIR2 \
         --sentences="the keys to the cabinet are here"
+    python -m attnlm_jax.main --mode=reproduce --table=zaremba --workdir=DIR [--rows=small]
 
-This file is kept short; the logic lives in `train.py` and `evaluate.py`. Mistakes in the
-input (flags, config, data, workdir) end with one `error: ...` line and exit status 1.
+This file is kept short; the logic lives in `train.py`, `evaluate.py` and `reproduce.py`.
+Local paths (flags and the config's directories) are made absolute once, here, so every mode
+works from any directory; `gs://` and other URLs are left as they are. Training, evaluation
+and the table runner end with one JSON object on stdout. Mistakes in the input (flags,
+config, data, workdir) end with one `error: ...` line and exit status 1.
 """
 
 import json
+import os
 import sys
 
 from absl import app
@@ -26,11 +31,13 @@ from etils import epath
 from ml_collections import config_flags
 
 from attnlm_jax import analysis
+from attnlm_jax import data as data_lib
 from attnlm_jax import distributed
 from attnlm_jax import ensemble
 from attnlm_jax import errors
 from attnlm_jax import evaluate
 from attnlm_jax import logging_utils
+from attnlm_jax import reproduce
 from attnlm_jax import tagger
 from attnlm_jax import train
 
@@ -39,14 +46,19 @@ config_flags.DEFINE_config_file(
     "optional outside training (default: the workdir's config.json).", lock_config=True)
 flags.DEFINE_string("workdir", None, "Directory of checkpoints and logs (local or gs://).")
 flags.DEFINE_enum("mode", "train",
-                  ["train", "evaluate", "score", "generate", "analyze", "train_tagger"],
-                  "What to do (train_tagger: the POS tagger of configs/tagger.py).")
+                  ["train", "evaluate", "score", "generate", "analyze", "train_tagger",
+                   "reproduce"],
+                  "What to do (train_tagger: the POS tagger of configs/tagger.py; reproduce: "
+                  "train and report a paper's table, see --table).")
 flags.DEFINE_enum("split", "valid", ["train", "valid", "test"], "Split to evaluate.")
 flags.DEFINE_string("input", None, "score: text file, one sentence per line.")
-flags.DEFINE_string("output", None, "score: JSON-lines output file (default: stdout).")
+flags.DEFINE_string("output", None, "score: JSON-lines output file (default: stdout; its "
+                    "directory is created).")
 flags.DEFINE_string("prompt", "", "generate: words to continue.")
-flags.DEFINE_integer("num_tokens", 50, "generate: number of words to sample.")
-flags.DEFINE_float("temperature", 1.0, "generate: softmax temperature (0: greedy).")
+flags.DEFINE_integer("num_tokens", 50, "generate: number of words to sample (at least 1).",
+                     lower_bound=1)
+flags.DEFINE_float("temperature", 1.0, "generate: softmax temperature (0: greedy).",
+                   lower_bound=0.0)
 flags.DEFINE_integer("seed", 0, "generate: random seed.")
 flags.DEFINE_list("weights", [], "evaluate with --workdirs: interpolation weights, one per "
                   "workdir, summing to 1 (default: fitted on the valid split by EM).")
@@ -57,6 +69,12 @@ flags.DEFINE_multi_string("sentences", [], "analyze: a sentence to draw (repeat 
                           "default: three sentences of --split).")
 flags.DEFINE_list("probes", [], "analyze: agreement probe files, JSON lines (default: the "
                   "embedded corpus's set).")
+flags.DEFINE_string("table", None, "reproduce: the table to reproduce (zaremba, salton_ptb, "
+                    "salton_wt2, das, ptb_cpu, demo; docs/reproduce.md); its rows train in "
+                    "WORKDIR/<row>.")
+flags.DEFINE_list("rows", [], "reproduce: only these rows of --table (default: all).")
+flags.DEFINE_bool("dry_run", False, "reproduce: print the plan (rows, configs, estimated "
+                  "tokens) and train nothing.")
 flags.DEFINE_string("coordinator_address", None, "Multi-process runs started by hand: "
                     "HOST:PORT of process 0, with --num_processes and --process_id (on Cloud "
                     "TPU, Slurm or Open MPI leave the three unset: they are detected).")
@@ -68,6 +86,11 @@ flags.register_multi_flags_validator(
     lambda f: bool(f["workdir"] or (f["mode"] == "evaluate" and f["workdirs"])),
     message="--workdir is required (or --workdirs=DIR1,DIR2 with --mode=evaluate)")
 FLAGS = flags.FLAGS
+
+# Flags and config fields that hold local paths (made absolute at the start).
+PATH_FLAGS = ("workdir", "input", "output")
+PATH_LIST_FLAGS = ("workdirs", "probes")
+CONFIG_PATHS = ("data_dir", "cache_dir", "tagger_dir", "treebank_dir")
 
 
 def _fail(message: str) -> None:
@@ -95,6 +118,28 @@ def _parse_flags(argv: list[str]) -> list[str]:
     _fail(f"bad --config: {e}")
 
 
+def absolute(path: str) -> str:
+  """A local path made absolute (`~` expanded); "" and URLs (`gs://...`) as they are."""
+  if not path or "://" in path:
+    return path
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def _resolve_paths() -> None:
+  """Makes the path flags and the config's directories absolute (from the current
+  directory), before anything reads or records them."""
+  for name in PATH_FLAGS:
+    if FLAGS[name].value:
+      FLAGS[name].value = absolute(FLAGS[name].value)
+  for name in PATH_LIST_FLAGS:
+    FLAGS[name].value = [absolute(p) for p in FLAGS[name].value]
+  config = _config()
+  if config is not None and "data" in config:
+    for field in CONFIG_PATHS:
+      if isinstance(config.data.get(field), str):
+        config.data[field] = absolute(config.data[field])
+
+
 def _config():
   """The --config ConfigDict, None when not given; a file that fails to load is an error."""
   if FLAGS["config"].value is None:
@@ -106,14 +151,55 @@ def _config():
   return FLAGS.config
 
 
+def _score(model) -> None:
+  """--mode=score: one JSON line per sentence of --input, to --output or stdout."""
+  if not FLAGS.input:
+    raise errors.UserError("--mode=score needs --input=FILE (one sentence per line)")
+  path = epath.Path(FLAGS.input)
+  if not path.is_file():
+    raise errors.UserError(f"--input={path} not found")
+  lines = path.read_text().splitlines()
+  if not any(line.strip() for line in lines):
+    raise errors.UserError(f"--input={path} has no sentence to score (every line is blank): "
+                           "give one sentence per line")
+  records = (json.dumps(r) + "\n" for r in evaluate.score(model, lines))
+  if FLAGS.output:
+    output = epath.Path(FLAGS.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text("".join(records))
+  else:
+    sys.stdout.writelines(records)
+
+
+def _generate(model) -> None:
+  """--mode=generate: the prompt and its sampled continuation, one line."""
+  unknown = model.vocab.unknown_words(FLAGS.prompt.split())
+  if unknown:
+    print(f"note: not in the vocabulary, read as {data_lib.UNK}: {' '.join(unknown)}",
+          file=sys.stderr)
+  words = evaluate.generate(model, FLAGS.prompt, FLAGS.num_tokens, FLAGS.temperature,
+                            FLAGS.seed)
+  print(" ".join(FLAGS.prompt.split() + words))
+
+
 def run(mode: str) -> None:
   """Runs one mode with the parsed flags."""
   config = _config()
+  if mode == "reproduce":
+    if not FLAGS.table:
+      raise errors.UserError("--mode=reproduce needs --table=NAME (docs/reproduce.md lists "
+                             "the tables)")
+    print(json.dumps(reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
+                                   dry_run=FLAGS.dry_run)))
+    return
   if mode in ("train", "train_tagger"):
     if config is None:
       raise errors.UserError(f"--mode={mode} needs --config=configs/NAME.py")
-    trainer = train.train_and_evaluate if mode == "train" else tagger.train_tagger
-    trainer(config, FLAGS.workdir)
+    if mode == "train":
+      print(json.dumps(train.summary(train.train_and_evaluate(config, FLAGS.workdir),
+                                     FLAGS.workdir)))
+    else:
+      tagger.train_tagger(config, FLAGS.workdir)
     return
   if mode == "analyze":
     summary = analysis.run(config, FLAGS.workdirs or [FLAGS.workdir],
@@ -132,20 +218,9 @@ def run(mode: str) -> None:
   if mode == "evaluate":
     print(json.dumps(evaluate.evaluate(model, FLAGS.split)))
   elif mode == "score":
-    if not FLAGS.input:
-      raise errors.UserError("--mode=score needs --input=FILE (one sentence per line)")
-    path = epath.Path(FLAGS.input)
-    if not path.exists():
-      raise errors.UserError(f"--input={path} not found")
-    lines = (json.dumps(r) + "\n" for r in evaluate.score(model, path.read_text().splitlines()))
-    if FLAGS.output:
-      epath.Path(FLAGS.output).write_text("".join(lines))
-    else:
-      sys.stdout.writelines(lines)
+    _score(model)
   else:
-    words = evaluate.generate(model, FLAGS.prompt, FLAGS.num_tokens, FLAGS.temperature,
-                              FLAGS.seed)
-    print(" ".join(FLAGS.prompt.split() + words))
+    _generate(model)
 
 
 def main(argv: list[str]) -> None:
@@ -153,6 +228,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   logging_utils.quiet_libraries()
+  _resolve_paths()
   try:
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     run(FLAGS.mode)

@@ -8,6 +8,13 @@ Salton & Kelleher 2018, eq. 10). Positions past a sentence's length are never ma
 so padding is never attended to. Once the buffer is full, new states overwrite the oldest
 ones (slots 1.. act as a ring): a sliding window over the last `capacity - 1` states.
 
+The stream protocol carries the buffer from one window of the token stream to the next, so a
+window's first steps attend to the end of the previous window. A window computed at once
+(the parallel form) lays the carried slots out oldest first (`chronological`), appends its
+own states, reads through `window_mask` (each step sees the zero slot and the last
+`capacity - 1` states before it, as the ring does) and keeps the last `capacity - 1` states
+(`window_tail`).
+
 The buffer may also hold each slot's *key*, the part of the score that depends on the slot
 alone (`scores.Score.key`), computed once when the slot is written instead of at every read.
 
@@ -81,6 +88,44 @@ def causal_mask(lengths: jax.Array, num_steps: int, zero_slot: bool) -> jax.Arra
   """
   visible = jnp.arange(num_steps)[None, :] <= jnp.arange(num_steps)[:, None]      # [T, L]
   return visible[None] & slot_mask(lengths, num_steps, zero_slot)[:, None, :]
+
+
+def chronological(memory: Memory) -> Memory:
+  """The buffer with slots 1.. rotated oldest first (the zero slot stays at 0), and the next
+  write going to slot 1 (the oldest): the same buffer for `write` and for every read."""
+  ring = memory.states.shape[1] - 1
+  oldest = memory.written % ring
+  rotate = lambda x: jnp.concatenate([x[:, :1], jnp.roll(x[:, 1:], -oldest, axis=1)], axis=1)
+  keys = None if memory.keys is None else rotate(memory.keys)
+  return Memory(rotate(memory.states), rotate(memory.mask), jnp.zeros((), jnp.int32), keys)
+
+
+def window_mask(carried_mask: jax.Array, lengths: jax.Array, num_steps: int) -> jax.Array:
+  """Visibility [B, T, L + T] of the slots [carried buffer (`chronological`, L slots); the
+  window's states h_0 .. h_{T-1}] to the window's steps t = 0 .. T-1.
+
+  Step t sees the zero slot (if it is valid) and the last L - 1 states before it: carried
+  slot j >= 1 (the state L - j steps before the window) iff j > t, and the window's state i
+  iff t - (L - 1) <= i < t and i is a real token's (i < length).
+  """
+  capacity = carried_mask.shape[1]
+  step = jnp.arange(num_steps)[:, None]
+  slot = jnp.arange(capacity)[None, :]
+  carried = ((slot == 0) | (slot > step))[None] & carried_mask[:, None, :]      # [B, T, L]
+  state = jnp.arange(num_steps)[None, :]
+  recent = (state < step) & (state >= step - (capacity - 1))                   # [T, T]
+  own = recent[None] & (state < lengths[:, None])[:, None, :]                  # [B, T, T]
+  return jnp.concatenate([carried, own], axis=-1)
+
+
+def window_tail(states: jax.Array, mask: jax.Array, capacity: int,
+                keys: Optional[jax.Array] = None) -> Memory:
+  """The buffer after a window: slots [carried; window] (states [B, S, D], mask [B, S],
+  S >= capacity, slot 0 the zero slot) cut to the zero slot and the last `capacity - 1`,
+  oldest first (`chronological`)."""
+  keep = lambda x: None if x is None else jnp.concatenate(
+      [x[:, :1], x[:, x.shape[1] - (capacity - 1):]], axis=1)
+  return Memory(keep(states), keep(mask), jnp.zeros((), jnp.int32), keep(keys))
 
 
 class RunningMean(NamedTuple):

@@ -73,6 +73,8 @@ def default_config() -> ml_collections.ConfigDict:
                                   # O(T H) running-mean form in apply() (docs/models.md).
   config.score_block_elements = 2**26  # Queries attend in blocks whose [B, Q, L, H] score
                                        # tensor (combined, conv1x1) stays under this size.
+  config.tie_embeddings = True    # Softmax weights = the embedding (False: a matrix of its
+                                  # own, as in Zaremba et al. 2015).
   config.pos_tags = False         # Input [word embedding; POS-tag embedding] (needs tags).
   config.num_tags = 0             # Tag vocabulary size (tagger.TAG_SPECIALS included).
   config.tag_size = 50            # POS-tag embedding size.
@@ -134,6 +136,9 @@ def init(rng: jax.Array, config) -> dict:
   if config.pos_tags:
     params["tag_embed"] = nn.uniform_init(rng_tags, (config.num_tags, config.tag_size),
                                           config.init_scale)
+  if not config.tie_embeddings:
+    params["softmax"] = nn.uniform_init(jax.random.fold_in(rng, 2),
+                                        (config.vocab_size, hidden), config.init_scale)
   if score.feeds_recurrence:
     params["recurrent"] = recurrent.init(rng_rec, score.recurrence, hidden_size=hidden,
                                          stream_sizes=streams, lstm_input_size=first_input,
@@ -181,19 +186,29 @@ class _Dropout(NamedTuple):
   output: jax.Array
 
 
-def _dropout(rng, config, num_steps: int, batch_size: int, embed_size: int) -> _Dropout:
-  shape = (num_steps, batch_size, config.hidden_size)
-  rng_embed, rng_between, rng_output = jax.random.split(rng, 3)
-  return _Dropout(
-      nn.dropout_mask(rng_embed, config.dropout, (num_steps, batch_size, embed_size)),
-      nn.dropout_mask(rng_between, config.dropout, (config.num_layers - 1, *shape)),
-      nn.dropout_mask(rng_output, config.dropout, shape))
+def _dropout(rng, config, rows: jax.Array, num_steps: int, embed_size: int) -> _Dropout:
+  """The masks of each row drawn from `fold_in(rng, row)`: a row's masks depend on the rng and
+  its index in the global batch only, so a batch split over devices draws the masks of the
+  whole batch on one device."""
+  rate, hidden = config.dropout, config.hidden_size
+
+  def row_masks(row):
+    rng_embed, rng_between, rng_output = jax.random.split(jax.random.fold_in(rng, row), 3)
+    return (nn.dropout_mask(rng_embed, rate, (num_steps, embed_size)),
+            nn.dropout_mask(rng_between, rate, (config.num_layers - 1, num_steps, hidden)),
+            nn.dropout_mask(rng_output, rate, (num_steps, hidden)))
+
+  embed, between, output = jax.vmap(row_masks)(rows)
+  return _Dropout(jnp.swapaxes(embed, 0, 1), jnp.transpose(between, (1, 2, 0, 3)),
+                  jnp.swapaxes(output, 0, 1))
 
 
 def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train: bool = False,
           rng: Optional[jax.Array] = None, return_attention: bool = False,
-          mutable: bool = False, tags: Optional[jax.Array] = None):
-  """Next-token logits [B, T, V] for input tokens [B, T] (int32) with `lengths` [B].
+          mutable: bool = False, tags: Optional[jax.Array] = None,
+          rows: Optional[jax.Array] = None):
+  """Next-token logits [B, T, V] for input tokens [B, T] (int32) with `lengths` [B]; every
+  row starts from the zero state (the sentence protocol).
 
   return_attention: also return the attention weights [B, T, L] (L = T slots): over the
     memory [h_0 = 0, h_1 .. h_{t-1}] for the output-layer scores; over the inputs m_1..m_T for
@@ -203,35 +218,65 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
     (the new batch-norm statistics of training mode; empty otherwise).
   train: dropout on (needs `rng`) and batch-norm batch statistics.
   tags: int32 [B, T], the POS tag of each input token (needed iff `config.pos_tags`).
+  rows: int32 [B], each row's index in the global batch (default 0..B-1): it seeds the row's
+    dropout masks, so the rows of a batch split over devices get the masks they get on one.
 
   `config.attention_form` picks the form for the output-layer scores; the scores that feed the
   recurrence (`scores.RECURRENT_SCORES`) always use the scan form, whatever it says.
   """
-  validate(config)
   score = scores.get(config.score)
   if return_attention and score.attend is None and not score.feeds_recurrence:
     raise ConfigError(f"score {config.score!r} has no attention weights to return")
+  logits, weights, updates, _ = _forward(params, config, tokens, lengths, None, train=train,
+                                         rng=rng, need_weights=return_attention, tags=tags,
+                                         rows=rows)
+  outputs = (logits, weights) if return_attention else logits
+  return (outputs, updates) if mutable else outputs
+
+
+def apply_window(params: dict, config, tokens: jax.Array, lengths: jax.Array,
+                 state: DecodeState, *, train: bool = False, rng: Optional[jax.Array] = None,
+                 tags: Optional[jax.Array] = None, rows: Optional[jax.Array] = None):
+  """One window of the stream protocol: logits [B, T, V] of the window's tokens [B, T] given
+  the `state` the previous window left (`init_stream_state` before the first).
+
+  Every layer's (h, c) and the memory (the last `config.max_len - 1` states, the ring of
+  `memory.py`; for `das`/`lstmn` the input buffer and the tapes) continue from `state`, so
+  the window's first steps attend to the end of the previous window; gradients stop at the
+  window boundary (truncated backpropagation through time). Equal to `step` over the
+  window's tokens one at a time. `lengths` [B] < T only in a stream's last window.
+
+  Returns:
+    (logits, the state after the window, updates as in `apply(mutable=True)`).
+  """
+  state = jax.lax.stop_gradient(state)
+  logits, _, updates, state = _forward(params, config, tokens, lengths, state, train=train,
+                                       rng=rng, need_weights=False, tags=tags, rows=rows)
+  return logits, state, updates
+
+
+def _forward(params, config, tokens, lengths, state, *, train, rng, need_weights, tags, rows):
+  """(logits, weights or None, updates, state after the sequence or None) of `apply` (state
+  None: zero start) and `apply_window`."""
+  validate(config)
+  score = scores.get(config.score)
   if train and config.dropout > 0 and rng is None:
     raise ValueError("apply(train=True) needs an rng for dropout")
   batch_size, num_steps = tokens.shape
   valid = jnp.arange(num_steps)[None, :] < lengths[:, None]                    # [B, T]
   embedded = jnp.swapaxes(_embed(params, config, tokens, tags), 0, 1)          # [T, B, D]
-  drop = (_dropout(rng, config, num_steps, batch_size, embedded.shape[-1])
+  rows = jnp.arange(batch_size) if rows is None else rows
+  drop = (_dropout(rng, config, rows, num_steps, embedded.shape[-1])
           if train and config.dropout > 0 else None)
   if drop is not None:
     embedded = embedded * drop.embed
   parallel = config.attention_form == "parallel" and not score.feeds_recurrence
-  if parallel:
-    query, context, weights = _parallel(params, config, score, embedded, lengths, drop,
-                                        return_attention)
-  else:
-    query, context, weights = _scan(params, config, score, embedded, lengths, drop)
+  form = _parallel if parallel else _scan
+  query, context, weights, state = form(params, config, score, embedded, lengths, drop,
+                                        state, need_weights)
   features, new_stats = _head(params, config, score, query, context, valid, train)
-  logits = _logits(params, config, features)
-  outputs = (logits, weights) if return_attention else logits
-  if mutable:
-    return outputs, ({STATS: new_stats} if new_stats is not None else {})
-  return outputs
+  updates = {STATS: new_stats} if new_stats is not None else {}
+  return _logits(params, config, features), weights, updates, state
 
 
 def _compute_dtype(config):
@@ -259,34 +304,61 @@ def _first_gates(params: dict, embedded: jax.Array, compute_dtype) -> jax.Array:
                           compute_dtype)
 
 
-def _parallel(params, config, score, embedded, lengths, drop, need_weights: bool):
+def _parallel(params, config, score, embedded, lengths, drop, state, need_weights: bool):
   """Layer by layer (hoisted input projections), then all steps' attention at once.
 
   `single` and `average` sequences of `config.streaming_min_len` steps or more (unless the
   weights are needed) take the running-mean prefix form instead of the [B, T, L] weights.
+  With a carried `state` (a stream window) the layers start from its (h, c) and the steps
+  attend over [carried buffer; the window's states] (`memory.window_mask`).
+  Returns (query, context, weights, the state after the sequence or None).
   """
   cdt = _compute_dtype(config)
-  inputs = embedded
+  batch_size = embedded.shape[1]
+  inputs, finals = embedded, []
   for depth, layer in enumerate(params["lstm"]):
     if depth > 0 and drop is not None:
       inputs = inputs * drop.between[depth - 1]
     gates_x = lstm.input_gates(layer, inputs, cdt)                             # [T, B, 4H]
-    _, inputs = lstm.scan_layer(layer, gates_x,
-                                lstm.zero_state(inputs.shape[1], config.hidden_size),
-                                cdt, config.unroll)
+    initial = (lstm.zero_state(batch_size, config.hidden_size) if state is None
+               else state.lstm[depth])
+    final, inputs = lstm.scan_layer(layer, gates_x, initial, cdt, config.unroll)
+    finals.append(final)
   outputs = jnp.swapaxes(inputs, 0, 1)                                         # [B, T, H]
   query = outputs * jnp.swapaxes(drop.output, 0, 1) if drop is not None else outputs
+  if state is not None:
+    state = state._replace(lstm=tuple(finals))
   if score.attend is None:
-    return query, None, None
+    return query, None, None, state
+  if state is not None:
+    return _attend_window(params, config, score, query, outputs, lengths, state)
   memory, num_steps = memory_lib.shifted(outputs), outputs.shape[1]
   if score.streaming and num_steps >= config.streaming_min_len and not need_weights:
     slot_scores = _slot_scores(params, score, memory, cdt)
     valid = memory_lib.slot_mask(lengths, num_steps, config.zero_slot)
-    return query, memory_lib.prefix_means(slot_scores, memory, valid), None
+    return query, memory_lib.prefix_means(slot_scores, memory, valid), None, None
   mask = memory_lib.causal_mask(lengths, num_steps, config.zero_slot)
   context, weights = scores.attend_in_blocks(score, params.get("score"), query, memory, mask,
                                              cdt, config.score_block_elements)
-  return query, context, weights
+  return query, context, weights, None
+
+
+def _attend_window(params, config, score, query, outputs, lengths, state: DecodeState):
+  """A stream window's attention over [the carried buffer; its own states h_0 .. h_{T-1}],
+  and the state with the buffer that holds the last `capacity - 1` of them."""
+  cdt = _compute_dtype(config)
+  carried = memory_lib.chronological(state.memory)
+  num_steps = outputs.shape[1]
+  slots = jnp.concatenate([carried.states, outputs], axis=1)                   # [B, L + T, H]
+  mask = memory_lib.window_mask(carried.mask, lengths, num_steps)
+  context, weights = scores.attend_in_blocks(score, params.get("score"), query, slots, mask,
+                                             cdt, config.score_block_elements)
+  valid = jnp.arange(num_steps)[None, :] < lengths[:, None]
+  memory = memory_lib.window_tail(slots, jnp.concatenate([carried.mask, valid], axis=1),
+                                  carried.states.shape[1])
+  if score.key is not None:
+    memory = memory._replace(keys=score.key(params["score"], memory.states, cdt))
+  return query, context, weights, state._replace(memory=memory)
 
 
 def _slot_scores(params, score, memory: jax.Array, compute_dtype) -> jax.Array:
@@ -375,21 +447,27 @@ def _time_step(params, config, score, carry: DecodeState, inputs):
   return new_carry, (query, context, weights)
 
 
-def _scan(params, config, score, embedded, lengths, drop):
-  """The reference form: one scan over time carrying the LSTM states and the buffers."""
+def _scan(params, config, score, embedded, lengths, drop, state, need_weights: bool):
+  """The reference form: one scan over time carrying the LSTM states and the buffers (from
+  `state`, or from zero states and buffers as long as the sequence).
+  Returns (query, context, weights, the state after the sequence or None)."""
+  del need_weights
   num_steps, batch_size, _ = embedded.shape
   gates_x = _first_gates(params, embedded, _compute_dtype(config))
   valid = jnp.arange(num_steps)[:, None] < lengths[None, :]                    # [T, B]
   step_drop = (drop.between.swapaxes(0, 1), drop.output) if drop is not None else None
-  carry = _initial_state(params, config, score, batch_size, capacity=num_steps)
+  carry = (_initial_state(params, config, score, batch_size, capacity=num_steps)
+           if state is None else state)
   step_inputs = (embedded if score.feeds_recurrence else None, gates_x, valid, step_drop)
 
   def body(carry, inputs):
     return _time_step(params, config, score, carry, inputs)
 
-  _, (query, context, weights) = jax.lax.scan(body, carry, step_inputs, unroll=config.unroll)
+  carry, (query, context, weights) = jax.lax.scan(body, carry, step_inputs,
+                                                  unroll=config.unroll)
   batch_major = lambda x: None if x is None else jnp.swapaxes(x, 0, 1)
-  return batch_major(query), batch_major(context), batch_major(weights)
+  return (batch_major(query), batch_major(context), batch_major(weights),
+          None if state is None else carry)
 
 
 def _head(params, config, score, query, context, valid, train):
@@ -400,9 +478,10 @@ def _head(params, config, score, query, context, valid, train):
 
 
 def _logits(params, config, features):
-  """Tied softmax logits: h'_t E^T + b (the matmul in the compute dtype, the softmax that
-  follows in float32)."""
-  return nn.dot_transposed(features, params["embed"], _compute_dtype(config)) + params["out_bias"]
+  """Softmax logits: h'_t E^T + b, tied (E the embedding) or not (E = params["softmax"]); the
+  matmul in the compute dtype, the softmax that follows in float32."""
+  weights = params["embed"] if config.tie_embeddings else params["softmax"]
+  return nn.dot_transposed(features, weights, _compute_dtype(config)) + params["out_bias"]
 
 
 def _initial_state(params, config, score, batch_size: int, capacity: int,
@@ -441,6 +520,18 @@ def init_state(params: dict, config, batch_size: int,
   score = scores.get(config.score)
   return _initial_state(params, config, score, batch_size, capacity or config.max_len,
                         streaming=score.streaming)
+
+
+def init_stream_state(params: dict, config, batch_size: int) -> DecodeState:
+  """The state before a stream's first window (`apply_window`) or token (`step`): zero LSTM
+  states and a buffer of `config.max_len` slots for every score (the zero slot and the last
+  `max_len - 1` states; a buffer, not the running mean, also for `single` and `average`, so
+  that `step` and `apply_window` attend over the same window)."""
+  validate(config)
+  if config.score == "conv1x1":
+    raise ConfigError("config.model.score='conv1x1' weights the memory slots by their position "
+                      "in a sentence and has no stream form: use config.data.span='sentence'")
+  return _initial_state(params, config, scores.get(config.score), batch_size, config.max_len)
 
 
 def step(params: dict, config, state: DecodeState, token: jax.Array,

@@ -1,29 +1,36 @@
 """The papers' published perplexities, and finished runs laid beside them.
 
-`PAPER_RESULTS` holds the test (and validation) perplexities the four papers print (see
+`PAPER_RESULTS` holds the test (and validation) perplexities the papers print (see
 ../shared/notes/models.md, "What the tables claim"). The two Salton papers computed them
 with their released code's rule, which never predicts a sentence's first word but divides by
-every token (`losses.py`, `perplexity_paper_convention`); the DAS and convolutional-attention
-papers do not say. A run records both conventions, so `comparison_table` sets each run's
-numbers under both rules beside the printed ones of the same corpus and model.
+every token (`losses.py`, `perplexity_paper_convention`); Zaremba et al. predicted every token
+of the stream (the standard rule); the DAS and convolutional-attention papers do not say. A
+run records both conventions, so `comparison_table` sets each run's numbers under both rules
+beside the printed ones of the same corpus and model, and `paper_differences` sets a run's
+number under the paper's rule (the standard one when the paper does not say) against the
+printed one.
 """
 
 import dataclasses
 import json
+import math
 from typing import Optional, Sequence
 
 from etils import epath
 from matplotlib import figure as figure_lib
+from matplotlib import ticker
 
 from attnlm_jax import analysis
 from attnlm_jax import errors
 from attnlm_jax import logging_utils
 
+ZAREMBA = "Zaremba, Sutskever & Vinyals 2015"
 SALTON_2017 = "Salton, Ross & Kelleher 2017"
 SALTON_2018 = "Salton & Kelleher 2018"
 CAO_YU = "Cao & Yu (DAS LM)"
 CONV1X1 = "Convolutional attention LM"
 RELEASED_CODE_RULE = "released code's rule (first word not predicted)"
+STANDARD_RULE = "standard (every token predicted)"
 NOT_STATED = "not stated"
 
 
@@ -41,10 +48,14 @@ class PaperResult:
 
 
 PAPER_RESULTS = (
-    PaperResult(SALTON_2017, "ptb", "Medium regularized LSTM (Zaremba et al. 2015)", "none",
-                "20M", 86.2, 82.7, NOT_STATED),
-    PaperResult(SALTON_2017, "ptb", "Large regularized LSTM (Zaremba et al. 2015)", "none",
-                "66M", 82.2, 78.4, NOT_STATED),
+    # Zaremba et al.'s Table 1 (stream protocol, untied softmax); the parameter counts are
+    # those Salton et al. (2017) print beside these rows.
+    PaperResult(ZAREMBA, "ptb", "Non-regularized LSTM", "none", "-", 120.7, 114.5,
+                STANDARD_RULE),
+    PaperResult(ZAREMBA, "ptb", "Medium regularized LSTM", "none", "20M", 86.2, 82.7,
+                STANDARD_RULE),
+    PaperResult(ZAREMBA, "ptb", "Large regularized LSTM", "none", "66M", 82.2, 78.4,
+                STANDARD_RULE),
     PaperResult(SALTON_2017, "ptb", "Attentive LM, single score", "single", "14.5M", 71.7,
                 70.1, RELEASED_CODE_RULE),
     PaperResult(SALTON_2017, "ptb", "Attentive LM, combined score", "combined", "14.5M",
@@ -79,6 +90,42 @@ class ResultsError(errors.UserError):
   """A workdir without a readable metrics file."""
 
 
+def paper_result(corpus: str, model: str) -> PaperResult:
+  """The row of PAPER_RESULTS printed for `model` (the paper's name) on `corpus`."""
+  for result in PAPER_RESULTS:
+    if (result.corpus, result.model) == (corpus, model):
+      return result
+  raise KeyError(f"no printed result for {model!r} on {corpus!r} in results.PAPER_RESULTS")
+
+
+def compared_key(convention: str) -> str:
+  """The run's perplexity to set against a paper's: under the released code's rule for the
+  papers that used it, the standard one otherwise (also when the paper does not say)."""
+  return "perplexity_paper_convention" if convention == RELEASED_CODE_RULE else "perplexity"
+
+
+def paper_differences(run: dict, paper: PaperResult) -> dict:
+  """How far a run's numbers are from the printed ones, under the paper's rule.
+
+  Args:
+    run: holds RUN_KEYS (values may be None).
+    paper: the printed row.
+
+  Returns:
+    {"compared": the run's perplexity compared (`compared_key`), "valid" and "test":
+     {"run", "printed", "difference" (run - printed), "percent" (of printed)}, or None
+     when either number is missing}.
+  """
+  key = compared_key(paper.convention)
+  result = {"compared": key}
+  for split, printed in (("valid", paper.valid), ("test", paper.test)):
+    value = run.get(f"{split}_{key}")
+    result[split] = None if value is None or printed is None else {
+        "run": value, "printed": printed, "difference": value - printed,
+        "percent": 100.0 * (value - printed) / printed}
+  return result
+
+
 def model_key(model_config) -> str:
   """The name a run's model has in `PaperResult.score` ("das_lstmn+tags" with POS tags)."""
   tags = "+tags" if model_config.get("pos_tags", False) else ""
@@ -91,7 +138,9 @@ def read_run(workdir) -> dict:
   Returns:
     {"name" (the workdir's last component), "workdir", "corpus", "score" (`model_key`),
      "hidden_size", "num_layers", "params", "finished" (a final evaluation was written),
-     "best_epoch", and the final RUN_KEYS (None until finished)}.
+     "best_epoch", the final RUN_KEYS (None until finished), "num_epochs" (the config's most
+     epochs, None when not recorded) and "valid_curve": [[epoch, valid perplexity], ...]
+     (the last record of each epoch: a resumed run may have validated one twice)}.
   """
   workdir = epath.Path(str(workdir))
   path = workdir / logging_utils.METRICS_FILE
@@ -104,11 +153,14 @@ def read_run(workdir) -> dict:
   config = starts[-1]["config"]
   finals = [r for r in records if "final_test_perplexity" in r]
   final = finals[-1] if finals else {}
+  curve = {r["epoch"]: r["valid_perplexity"] for r in records if "valid_perplexity" in r}
   return {"name": workdir.name, "workdir": str(workdir), "corpus": config["data"]["corpus"],
           "score": model_key(config["model"]), "hidden_size": config["model"]["hidden_size"],
           "num_layers": config["model"]["num_layers"], "params": starts[-1]["num_params"],
           "finished": bool(final), "best_epoch": final.get("best_epoch"),
-          **{key: final.get(f"final_{key}") for key in RUN_KEYS}}
+          **{key: final.get(f"final_{key}") for key in RUN_KEYS},
+          "num_epochs": config.get("train", {}).get("num_epochs"),
+          "valid_curve": sorted([epoch, value] for epoch, value in curve.items())}
 
 
 def find_runs(root) -> list[epath.Path]:
@@ -149,6 +201,17 @@ def comparison_table(workdirs: Sequence) -> list[dict]:
                                      r["score"], r["source"] != "paper"))
 
 
+def format_number(value) -> str:
+  """A table cell: "-" for None, floats (perplexities) to one decimal, anything else as is."""
+  return "-" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  """A Markdown table of text cells."""
+  lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+  return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def format_table(rows: Sequence[dict]) -> str:
   """The comparison as a Markdown table (perplexities to one decimal; "-" when absent)."""
   columns = ("corpus", "score", "name", "params", "printed_valid", "printed_test",
@@ -156,10 +219,7 @@ def format_table(rows: Sequence[dict]) -> str:
   headers = ("corpus", "model", "source", "params", "paper valid", "paper test",
              "valid", "test", "valid (paper conv.)", "test (paper conv.)",
              "perplexity rule")
-  fmt = lambda v: "-" if v is None else f"{v:.1f}" if isinstance(v, float) else str(v)
-  lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-  lines += ["| " + " | ".join(fmt(row[c]) for c in columns) + " |" for row in rows]
-  return "\n".join(lines)
+  return markdown_table(headers, [[format_number(row[c]) for c in columns] for row in rows])
 
 
 def plot_comparison(rows: Sequence[dict], path) -> None:
@@ -178,4 +238,53 @@ def plot_comparison(rows: Sequence[dict], path) -> None:
                 rotation=75, fontsize=7)
   ax.set(ylabel="test perplexity", title="test perplexity: papers vs runs")
   ax.legend(fontsize=8)
+  analysis.save_figure(fig, path)
+
+
+# Mantissas of round tick values on a log axis, finest first (`log_ticks`).
+_TICK_MANTISSAS = ((1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 9),
+                   (1, 1.5, 2, 3, 4, 5, 6, 8), (1, 2, 3, 5), (1, 2, 5), (1,))
+
+
+def log_ticks(low: float, high: float, most: int = 10) -> list[float]:
+  """Round values for a log axis spanning [low, high], whatever its range: m x 10^k for m of
+  the finest series (`_TICK_MANTISSAS`) with at most `most` values inside, plus the nearest
+  one either side, so that the ticks bracket the data."""
+  decades = range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+  for mantissas in _TICK_MANTISSAS:
+    values = sorted(m * 10.0**k for k in decades for m in mantissas)
+    inside = [i for i, value in enumerate(values) if low <= value <= high]
+    if len(inside) <= most:
+      break
+  first = max(i for i, value in enumerate(values) if value <= low)
+  last = min(i for i, value in enumerate(values) if value >= high and i > first)
+  return values[first:last + 1]
+
+
+def plot_valid_curves(curves: dict, path, title: str) -> None:
+  """Validation perplexity per epoch, one line per run (log-scale y); saves a PNG.
+
+  Args:
+    curves: run name -> [[epoch, valid perplexity], ...]; runs without epochs are left out.
+    path: the PNG file.
+    title: the figure's title.
+  """
+  fig = figure_lib.Figure(figsize=(7, 4.5), layout="constrained")
+  ax = fig.subplots()
+  ax.set_yscale("log")
+  ax.set(xlabel="epoch", ylabel="validation perplexity (log scale)", title=title)
+  ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  values = [value for curve in curves.values() for _, value in curve]
+  for name, curve in curves.items():
+    if curve:
+      ax.plot(*zip(*curve), marker="o", markersize=3, label=name)
+  if values:
+    ticks = log_ticks(min(values), max(values))
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_ylim(ticks[0], ticks[-1])
+    ax.yaxis.set_minor_locator(ticker.NullLocator())
+    ax.legend(fontsize=8)
+  else:
+    ax.text(0.5, 0.5, "no epoch finished yet", ha="center", va="center",
+            transform=ax.transAxes)
   analysis.save_figure(fig, path)

@@ -38,6 +38,7 @@ import re
 import time
 from typing import Iterator, NamedTuple, Optional, Sequence
 
+from absl import logging
 from etils import epath
 import flax.serialization
 import jax
@@ -46,8 +47,10 @@ import ml_collections
 import numpy as np
 import optax
 
+from attnlm_jax import logging_utils
 from attnlm_jax import lstm
 from attnlm_jax import nn
+from attnlm_jax.data import locations
 from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax.errors import UserError
 
@@ -86,8 +89,9 @@ def read_conll(path, drop_punctuation: bool = True) -> list[tuple[tuple, tuple]]
   """Sentences of a CoNLL-2000 file (`word POS chunk` per line) as (words, tags), normalised."""
   path = epath.Path(path)
   if not path.exists():
-    raise TaggerError(f"{path} not found: set config.data_dir to the CoNLL-2000 directory "
-                      "(train.txt, test.txt)")
+    raise TaggerError(f"{path} not found: {locations.download_hint('conll2000', path.parent)} "
+                      "or pass --config.data.data_dir=DIR, the directory holding train.txt "
+                      "and test.txt")
   sentences, words, tags = [], [], []
   for line in path.read_text().splitlines() + [""]:
     fields = line.split()
@@ -109,8 +113,11 @@ def read_treebank_pos(directory, drop_punctuation: bool = True) -> list[tuple[tu
   """
   files = sorted(epath.Path(directory).glob("*.pos"))
   if not files:
-    raise TaggerError(f"no *.pos files in {directory}: set config.data.treebank_dir to a "
-                      "directory of Penn Treebank tagged files, or to '' to train without")
+    raise TaggerError(f"no *.pos files in {directory}: "
+                      f"{locations.download_hint('treebank_sample', directory)}, pass "
+                      "--config.data.treebank_dir=DIR, a directory of Penn Treebank tagged "
+                      "files, or --config.data.treebank_dir= (empty) to train on CoNLL-2000 "
+                      "alone")
   sentences, words, tags = [], [], []
   for path in files:
     for item in path.read_text().split():
@@ -295,11 +302,14 @@ def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]],
   encoded = _encode(tagger, [([normalize(w) for w in s], None) for s in sentences])
   config = ml_collections.FrozenConfigDict(tagger.config)
   result = []
-  for start in range(0, len(encoded), batch_size):
-    chunk = encoded[start:start + batch_size]
-    batch = next(_batches(chunk, len(chunk), None))
-    predicted = np.asarray(_predict(tagger.params, config, batch["words"], batch["suffixes"]))
-    result.extend(predicted[r, :len(row[0])].astype(np.int32) for r, row in enumerate(chunk))
+  with logging_utils.progress_bar("tagging", total=len(encoded), unit=" sentences") as bar:
+    for start in range(0, len(encoded), batch_size):
+      chunk = encoded[start:start + batch_size]
+      batch = next(_batches(chunk, len(chunk), None))
+      predicted = np.asarray(_predict(tagger.params, config, batch["words"],
+                                      batch["suffixes"]))
+      result.extend(predicted[r, :len(row[0])].astype(np.int32) for r, row in enumerate(chunk))
+      bar.update(len(chunk))
   return result
 
 
@@ -377,6 +387,8 @@ def tag_corpus(tagger_dir, corpus: str, split: str,
   index = {t: i for i, t in enumerate(tagger.tags)}
   lines = path.read_text().splitlines() if path.exists() else []
   if len(lines) != len(sentences):
+    logging.info("tagging the %d sentences of %s %s with the tagger in %s (once: cached in "
+                 "%s)", len(sentences), corpus, split, tagger_dir, path)
     lines = [" ".join(tagger.tags[i] for i in ids) for ids in tag_ids(tagger, sentences)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines))
@@ -430,12 +442,15 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   average, step = params, 0
   for epoch in range(1, config.train.num_epochs + 1):
     start, losses = time.time(), []
-    for batch in _batches(encoded, config.data.batch_size, order_rng):
-      rng, step_rng = jax.random.split(rng)
-      params, opt_state, average, loss = train_step(params, opt_state, average, batch,
-                                                    step_rng, np.float32(step))
-      losses.append(loss)
-      step += 1
+    num_batches = -(-len(encoded) // config.data.batch_size)
+    with logging_utils.progress_bar(f"epoch {epoch}", total=num_batches, unit="batch") as bar:
+      for batch in _batches(encoded, config.data.batch_size, order_rng):
+        rng, step_rng = jax.random.split(rng)
+        params, opt_state, average, loss = train_step(params, opt_state, average, batch,
+                                                      step_rng, np.float32(step))
+        losses.append(loss)
+        step += 1
+        bar.update()
     print(json.dumps({"epoch": epoch, "train_loss": round(float(np.mean(losses)), 4),
                       "seconds": round(time.time() - start, 1)}), flush=True)
   tagger = tagger._replace(params=average if decay else params)

@@ -1,179 +1,53 @@
-"""Training and validation of the language models: the data-parallel steps and the loop.
+"""Training and validation of the language models: the loop.
 
 `train_and_evaluate(config, workdir)` trains with the papers' recipe: SGD on
-(summed token NLL / batch size) with the gradient clipped at global norm `grad_clip`, the
-learning rate of `schedules.learning_rate` for each epoch, validation after every epoch,
-early stopping with patience and a roll-back to the best epoch's parameters.
+(summed token NLL / batch size) with the gradient clipped at global norm `grad_clip`
+(`steps.TrainStep`), the learning rate of `schedules.learning_rate` for each epoch,
+validation after every epoch, early stopping with patience and a roll-back to the best
+epoch's parameters, then both perplexities of the best parameters on valid and test.
 
-Data parallelism: `train_step` and `eval_step` are `jax.pmap`ped over the devices (axis
-"batch"); the global batch (`config.data.batch_size`) is the per-device batch times the
-device count, and the gradients are averaged with `pmean`. With one process per host, a
-multi-host run needs only `jax.distributed.initialize()` before `train_and_evaluate`
-(`distributed.py`): each process reads its own rows of every global batch of the same
-deterministic plan (`LMData.train_iterator`), all processes save and restore the
-checkpoints together (Orbax), and only process 0 writes config, vocabulary, logs and metrics
-(docs/multihost.md).
+Data parallelism (`steps.py`): the global batch (`config.data.batch_size`) is split over the
+devices; with one process per host, a multi-host run needs only `jax.distributed.initialize()`
+before `train_and_evaluate` (`distributed.py`): each process reads its own rows of every
+global batch of the same deterministic plan (`LMData.train_iterator`), all processes save
+and restore the checkpoints together (Orbax), and only process 0 writes config, vocabulary,
+logs and metrics (docs/multihost.md). The loop never waits for the devices between log
+intervals: batches are sent ahead of use (`parallel.prefetch`), and the running sums of the
+training metrics stay on the devices until a log interval ends.
 
-The loop never waits for the devices between log intervals: batches are sent to the devices
-ahead of use (`prefetch`), the step counter and the running sums of the training metrics
-stay on the devices (`accumulating_train_step`, donated buffers) and are read once per
-`log_every_steps`.
-
-The run is deterministic for a seed and device count, and resumes from the latest checkpoint
-in `workdir` to the same result as an uninterrupted run (`checkpoints.py`).
+The run is deterministic for a seed (and, with `config.train.grad_shards` set, for any device
+count dividing it), and resumes from the latest readable checkpoint in `workdir` to the same
+result as an uninterrupted run (`checkpoints.py`). A run whose loss stops being finite, or
+grows past twice the loss of a uniform guess, is stopped (`TrainingDiverged`) before it
+saves anything, so the last checkpoint stays good.
 """
 
-import collections
 import functools
-import itertools
 import math
-from typing import Any, Iterable, Iterator
+import time
 
 from absl import logging
 from etils import epath
 import jax
 from jax.experimental import multihost_utils
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
 from attnlm_jax import checkpoints
 from attnlm_jax import data as data_lib
+from attnlm_jax import errors
 from attnlm_jax import logging_utils
 from attnlm_jax import losses
 from attnlm_jax import models
+from attnlm_jax import parallel
 from attnlm_jax import schedules
+from attnlm_jax import steps
 from attnlm_jax import tagger
 from attnlm_jax.errors import ConfigError
 
-AXIS = "batch"
-# Evaluation batches are padded in time to a multiple of this, to bound recompilations.
-EVAL_TIME_MULTIPLE = 16
-# Batches on their way to the devices while a step runs.
-PREFETCH = 2
 
-
-def make_optimizer(train_config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """SGD on the gradient clipped at global norm `grad_clip`; the lr is a state hyperparameter.
-
-  The learning rate lives in `opt_state.hyperparams["learning_rate"]` (optax
-  inject_hyperparams), so `train_step` sets it per epoch and checkpoints carry it.
-  """
-  def sgd_with_clipping(learning_rate, grad_clip):
-    return optax.chain(optax.clip_by_global_norm(grad_clip), optax.sgd(learning_rate))
-  return optax.inject_hyperparams(sgd_with_clipping, static_args=("grad_clip",))(
-      learning_rate=train_config.learning_rate, grad_clip=train_config.grad_clip)
-
-
-def train_step(params: dict, opt_state: Any, batch: dict, rng: jax.Array, step: jax.Array,
-               learning_rate: jax.Array, *, model_config: ml_collections.ConfigDict,
-               optimizer: optax.GradientTransformation):
-  """One SGD step on one device's slice of the batch (run under pmap, axis "batch").
-
-  The loss is the device's summed token NLL / its rows; the mean of that over devices is the
-  global summed NLL / global batch size, so `pmean` of the gradients is the gradient of the
-  papers' loss. Dropout uses rng folded with the step and the device index.
-
-  Returns:
-    (params, opt_state, {"nll": summed NLL, "tokens": predicted tokens} of the global batch).
-  """
-  rng = jax.random.fold_in(jax.random.fold_in(rng, step), jax.lax.axis_index(AXIS))
-  weights = models.trainable(params)
-
-  def loss_fn(weights):
-    logits, updates = models.apply({**params, **weights}, model_config, batch["inputs"],
-                                   batch["lengths"], train=True, rng=rng, mutable=True,
-                                   tags=batch.get("tags"))
-    return losses.loss(logits, batch["targets"], batch["lengths"]), updates
-
-  (loss, updates), grads = jax.value_and_grad(loss_fn, has_aux=True)(weights)
-  grads = jax.lax.pmean(grads, AXIS)
-  opt_state.hyperparams["learning_rate"] = learning_rate
-  steps, opt_state = optimizer.update(grads, opt_state, weights)
-  new_params = {**params, **optax.apply_updates(weights, steps),
-                **jax.lax.pmean(updates, AXIS)}
-  metrics = {"nll": loss * batch["targets"].shape[0], "tokens": jnp.sum(batch["lengths"])}
-  return new_params, opt_state, jax.lax.psum(metrics, AXIS)
-
-
-def zero_totals() -> dict:
-  """The running sums of `accumulating_train_step` at the start of a log interval."""
-  return {"nll": np.float32(0), "tokens": np.int32(0)}
-
-
-def accumulating_train_step(params: dict, opt_state: Any, totals: dict, batch: dict,
-                            rng: jax.Array, step: jax.Array, learning_rate: jax.Array,
-                            **kwargs):
-  """`train_step` number `step` that adds its metrics to `totals` and counts the step.
-
-  Pmapped with params, opt_state, totals and step donated, it keeps everything that changes
-  per step on the devices: the loop sends only the batch and reads `totals` once per log
-  interval.
-
-  Returns:
-    (params, opt_state, totals + this batch's {"nll", "tokens"}, step + 1).
-  """
-  params, opt_state, metrics = train_step(params, opt_state, batch, rng, step, learning_rate,
-                                          **kwargs)
-  return params, opt_state, jax.tree.map(jnp.add, totals, metrics), step + 1
-
-
-def eval_step(params: dict, batch: dict, *, model_config: ml_collections.ConfigDict) -> dict:
-  """Summed `losses.nll_sums` of the global batch (run under pmap, axis "batch")."""
-  logits = models.apply(params, model_config, batch["inputs"], batch["lengths"],
-                        tags=batch.get("tags"))
-  sums = losses.nll_sums(logits, batch["inputs"], batch["targets"], batch["lengths"])
-  return jax.lax.psum(sums, AXIS)
-
-
-def shard_batch(batch: dict, time_multiple: int = 1) -> dict:
-  """This process's rows of a global batch, reshaped to [local devices, rows, ...].
-
-  Args:
-    batch: {"inputs", "targets", "lengths", ...} numpy arrays of the rows this process
-      reads (all rows with one process; see `LMData.train_iterator`).
-    time_multiple: pad the time axis with PAD_ID up to a multiple of this.
-  """
-  devices = jax.local_device_count()
-  rows = batch["lengths"].shape[0]
-  steps = batch["inputs"].shape[1]
-  pad = -steps % time_multiple
-  sharded = {}
-  for key, value in batch.items():
-    if value.ndim == 2 and pad:
-      value = np.pad(value, ((0, 0), (0, pad)), constant_values=data_lib.PAD_ID)
-    sharded[key] = value.reshape(devices, rows // devices, *value.shape[1:])
-  return sharded
-
-
-def evaluate_batches(p_eval_step, params: dict, batches: Iterable[dict]) -> dict:
-  """Sums of `eval_step` over `batches` and both perplexities.
-
-  The steps are all dispatched before the first sum is read, and the sums are added on the
-  host in float64.
-
-  Args:
-    p_eval_step: the pmapped `eval_step`.
-    params: replicated parameters.
-    batches: this process's rows of each evaluation batch (`LMData.eval_batches`).
-
-  Returns:
-    {"perplexity", "perplexity_paper_convention", "nll", "tokens", "sentences"}.
-  """
-  sums = [p_eval_step(params, batch)
-          for batch, _ in prefetch(((b, None) for b in batches), EVAL_TIME_MULTIPLE)]
-  totals = dict.fromkeys(losses.SUM_KEYS, 0.0)
-  for batch_sums in sums:
-    for key in totals:
-      totals[key] += float(first_replica(batch_sums[key]))
-  return {**losses.perplexities(totals), "nll": totals["nll"],
-          "tokens": int(totals["tokens"]), "sentences": int(totals["sentences"])}
-
-
-def pmapped_eval_step(model_config: ml_collections.ConfigDict):
-  """`eval_step` pmapped over the local devices."""
-  return jax.pmap(functools.partial(eval_step, model_config=model_config), axis_name=AXIS)
+class TrainingDiverged(errors.UserError):
+  """The loss stopped being finite or exploded; the message names the step and the lr."""
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -184,9 +58,17 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     if config.data[field] % devices:
       raise ConfigError(f"config.data.{field} = {config.data[field]} (the global batch) does "
                         f"not split over {devices} devices: use a multiple of {devices}")
+  shards = config.train.grad_shards
+  if shards and (shards % devices or config.data.batch_size % shards):
+    raise ConfigError(f"config.train.grad_shards = {shards} must be a multiple of the "
+                      f"{devices} devices and divide config.data.batch_size = "
+                      f"{config.data.batch_size} (0: one shard per device)")
   for field in ("num_epochs", "patience", "log_every_steps"):
     if config.train[field] < 1:
       raise ConfigError(f"config.train.{field} = {config.train[field]} must be at least 1")
+  if config.train.learning_rate <= 0:
+    raise ConfigError(f"config.train.learning_rate = {config.train.learning_rate} must be "
+                      "positive")
 
 
 def prepare(config: ml_collections.ConfigDict, workdir, vocab=None):
@@ -209,61 +91,43 @@ def prepare(config: ml_collections.ConfigDict, workdir, vocab=None):
   check_config(config)
   init_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed))
   params = jax.jit(functools.partial(models.init, config=config.model))(init_rng)
+  if data.is_stream:
+    models.init_stream_state(params, config.model, 1)  # Refuses models without a stream form.
   checkpoints.check_compatible(epath.Path(workdir), data.vocab, params)
   return config, data, params
 
 
 def initial_state(config: ml_collections.ConfigDict, params: dict) -> dict:
-  """The checkpointed training state before the first step (host arrays)."""
-  opt_state = make_optimizer(config.train).init(models.trainable(params))
+  """The checkpointed training state before the first step (host arrays); under the stream
+  protocol with the state every training row carries ("carry")."""
+  opt_state = steps.make_optimizer(config.train).init(models.trainable(params))
   _, dropout_rng = jax.random.split(jax.random.PRNGKey(config.seed))
-  return {"params": params, "opt_state": opt_state, "rng": dropout_rng,
-          "step": np.zeros((), np.int64)}
+  state = {"params": params, "opt_state": opt_state, "rng": dropout_rng,
+           "step": np.zeros((), np.int64)}
+  if config.data.span == "stream":
+    state["carry"] = steps.initial_carry(params, config.model, config.data.batch_size)
+  return state
 
 
-def replicate(tree, devices=None):
-  """Copies every leaf to each local device (or `devices`), laid out as pmap expects.
-
-  Unlike `flax.jax_utils.replicate` this stacks on the host, so no computation is compiled
-  per leaf shape.
-  """
-  devices = devices or jax.local_devices()
-  sharding = _stacked_sharding(devices)
-  return jax.tree.map(
-      lambda x: jax.device_put(np.stack([np.asarray(x)] * len(devices)), sharding), tree)
-
-
-def _stacked_sharding(devices) -> jax.sharding.NamedSharding:
-  """Arrays [len(devices), ...] with entry i on devices[i]: the layout pmap takes."""
-  mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
+def divergence(mean_loss: float, vocab_size: int) -> str | None:
+  """Why a mean training loss (nats per token) means the run has diverged, or None: not
+  finite, or more than twice the loss of a uniform guess over the vocabulary."""
+  if not math.isfinite(mean_loss):
+    return f"the training loss is {mean_loss}"
+  if mean_loss > 2 * math.log(vocab_size):
+    return (f"the training loss is {mean_loss:.4g} nats per token, more than twice a uniform "
+            f"guess's {math.log(vocab_size):.3g}")
+  return None
 
 
-def prefetch(items: Iterable[tuple[dict, Any]], time_multiple: int = 1,
-             size: int = PREFETCH) -> Iterator[tuple[dict, Any]]:
-  """(batch, tag) pairs with each batch `shard_batch`ed and already sent to the devices.
-
-  `size` batches are copied ahead (the copy is asynchronous, so it overlaps the running
-  step). The tag passes through unchanged: the training loop tags each batch with the data
-  iterator's position after it, which is what a checkpoint after that batch must hold.
-  """
-  sharding = _stacked_sharding(jax.local_devices())
-  items = iter(items)
-  queue = collections.deque()
-
-  def enqueue(count: int) -> None:
-    for batch, tag in itertools.islice(items, count):
-      queue.append((jax.device_put(shard_batch(batch, time_multiple), sharding), tag))
-
-  enqueue(size)
-  while queue:
-    yield queue.popleft()
-    enqueue(1)
-
-
-def first_replica(tree):
-  """The first device's copy of a pmapped tree, as host arrays (no device computation)."""
-  return jax.tree.map(lambda x: np.array(np.asarray(x.addressable_data(0))[0]), tree)
+def _diverged(reason: str, step: int, lr: float, last_good) -> TrainingDiverged:
+  """The one-line error of a diverged run."""
+  then = (f"the last good checkpoint (step {last_good}) is kept: rerun with a smaller "
+          f"--config.train.learning_rate (e.g. {lr / 10:g}) to resume from it"
+          if last_good is not None else "nothing was saved: rerun with a smaller "
+          f"--config.train.learning_rate (e.g. {lr / 10:g})")
+  return TrainingDiverged(f"training diverged at step {step} (learning rate {lr:g}): "
+                          f"{reason}; {then}")
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
@@ -276,8 +140,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
 
   Returns:
     {"params": best parameters (host), "step": their step, "epoch": their epoch,
-     "valid": and "test": evaluation results (see `evaluate_batches`)}.
+     "epochs": epochs trained, "train_seconds": time spent training (all sessions of the run),
+     "valid": and "test": evaluation results (see `steps.Evaluator`)}.
+
+  Raises:
+    TrainingDiverged: the loss stopped being finite or exploded (nothing bad was saved).
+    checkpoints.CheckpointError: no checkpoint of the workdir can be read.
   """
+  started = time.monotonic()
   workdir = epath.Path(workdir)
   config, data, params = prepare(config, workdir)
   if jax.process_count() > 1:
@@ -293,98 +163,149 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
   # Host arrays: every process saves and restores the same numpy tree (Orbax writes it once).
   state = jax.device_get(initial_state(config, params))
   meta = {"epoch": 0, "epoch_done": True, "iterator": None, "batches_done": 0,
+          "train_seconds": 0.0,
           "early_stopping": schedules.EarlyStopping(tc.patience).to_dict()}
-  latest = ckpt.latest_step()
-  if latest is not None:
-    state, meta = ckpt.restore(latest, state)
-    logging.info("resuming from step %d (epoch %d) in %s", latest, meta["epoch"],
+  restored = ckpt.restore_latest(state)
+  if restored is not None:
+    state, meta = restored
+    logging.info("resuming from step %d (epoch %d) in %s", int(state["step"]), meta["epoch"],
                  ckpt.directory)
   step = int(state["step"])
+  last_good = step if restored is not None else None
   stopping = schedules.EarlyStopping.from_dict(meta["early_stopping"])
+  vocab_size = len(data.vocab)
   writer = logging_utils.MetricWriter(workdir, enabled=is_writer)
   writer.write_start(step, config.to_json_best_effort(sort_keys=True),
                      models.count_params(state["params"]),
                      devices=jax.device_count(), train_batches=data.num_train_batches(),
-                     vocab_size=len(data.vocab),
+                     vocab_size=vocab_size,
                      unigram_valid_perplexity=losses.unigram_perplexity(
-                         data.split("train").tokens, data.split("valid").tokens,
-                         len(data.vocab)))
+                         data.split("train").tokens, data.split("valid").tokens, vocab_size))
 
-  optimizer = make_optimizer(tc)
-  p_train_step = jax.pmap(
-      functools.partial(accumulating_train_step, model_config=config.model,
-                        optimizer=optimizer),
-      axis_name=AXIS, donate_argnums=(0, 1, 2, 5))
-  p_eval_step = pmapped_eval_step(config.model)
-  p_params = replicate(state["params"])
-  p_opt_state = replicate(state["opt_state"])
-  p_rng = replicate(state["rng"])
-  p_step = replicate(np.int32(step + 1))  # The number of the next step.
+  train_step = steps.TrainStep(config)
+  evaluator = steps.Evaluator(config.model)
+  p_state = train_step.initial_state(state["params"], state["opt_state"], step)
+  p_rng = parallel.replicate(state["rng"])
   num_batches = data.num_train_batches()
+  first_carry = (steps.initial_carry(state["params"], config.model, config.data.batch_size)
+                 if data.is_stream else None)
+  seconds_before = meta.get("train_seconds", 0.0) - (time.monotonic() - started)
+  train_seconds = lambda: seconds_before + time.monotonic() - started
 
-  def save(epoch, epoch_done, iterator_state, batches_done, valid_perplexity=None):
-    ckpt.save(step, {"params": first_replica(p_params), "opt_state": first_replica(p_opt_state),
-                     "rng": state["rng"], "step": np.asarray(step, np.int64)},
+  def save(epoch, epoch_done, iterator_state, batches_done, carries, valid_perplexity=None):
+    saved = {"params": parallel.first_replica(p_state.params),
+             "opt_state": parallel.first_replica(p_state.opt_state),
+             "rng": state["rng"], "step": np.asarray(step, np.int64)}
+    if data.is_stream:  # An epoch's end saves the state the next epoch starts from.
+      saved["carry"] = (train_step.carries_to_host(carries) if carries is not None
+                        else first_carry)
+    ckpt.save(step, saved,
               {"epoch": epoch, "epoch_done": epoch_done, "iterator": iterator_state,
-               "batches_done": batches_done, "early_stopping": stopping.to_dict()},
+               "batches_done": batches_done, "train_seconds": train_seconds(),
+               "early_stopping": stopping.to_dict()},
               valid_perplexity)
 
   first_epoch = meta["epoch"] + 1 if meta["epoch_done"] else meta["epoch"]
-  for epoch in range(first_epoch, tc.num_epochs + 1):
-    if stopping.should_stop:
-      break
-    lr = schedules.learning_rate(epoch, tc.learning_rate, tc.lr_decay_after,
-                                 tc.lr_decay_divisor)
-    p_lr = replicate(np.float32(lr))
-    iterator = data.train_iterator(epoch, *shard)
-    done = 0
-    if epoch == meta["epoch"] and not meta["epoch_done"]:
-      iterator.set_state(meta["iterator"])
-      done = meta["batches_done"]
-    progress = logging_utils.Progress(epoch, num_batches, done, enabled=is_writer)
-    p_totals = replicate(zero_totals())
-    for batch, position in prefetch((batch, iterator.get_state()) for batch in iterator):
-      step += 1
-      done += 1
-      p_params, p_opt_state, p_totals, p_step = p_train_step(
-          p_params, p_opt_state, p_totals, batch, p_rng, p_step, p_lr)
-      progress.advance()
-      if step % tc.log_every_steps == 0:
-        totals = first_replica(p_totals)
-        p_totals = replicate(zero_totals())
-        loss = float(totals["nll"]) / max(int(totals["tokens"]), 1)
-        rate = progress.report(step, loss, int(totals["tokens"]))
-        writer.write_scalars(step, {"epoch": epoch, "train_loss": loss,
-                                    "train_perplexity": math.exp(min(loss, 50.0)),
-                                    "learning_rate": lr, "tokens_per_second": rate})
-      if ckpt.should_save(step) and done < num_batches:
-        save(epoch, False, position, done)
-    progress.close()
-    valid = evaluate_batches(p_eval_step, p_params,
-                             data.eval_batches("valid", config.data.eval_batch_size, *shard))
-    stopping = stopping.update(epoch, valid["perplexity"])
-    save(epoch, True, None, num_batches, valid["perplexity"])
-    writer.write_scalars(step, {
-        "epoch": epoch, "learning_rate": lr, "valid_perplexity": valid["perplexity"],
-        "valid_perplexity_paper_convention": valid["perplexity_paper_convention"],
-        "best_epoch": stopping.best_epoch})
-    logging.info("epoch %d: lr %.4g, valid perplexity %.2f (paper convention %.2f), best "
-                 "epoch %d", epoch, lr, valid["perplexity"],
-                 valid["perplexity_paper_convention"], stopping.best_epoch)
+  epochs = meta["epoch"] if meta["epoch_done"] else meta["epoch"] - 1
+  try:
+    for epoch in range(first_epoch, tc.num_epochs + 1):
+      if stopping.should_stop:
+        break
+      lr = schedules.learning_rate(epoch, tc.learning_rate, tc.lr_decay_after,
+                                   tc.lr_decay_divisor)
+      p_lr = parallel.replicate(np.float32(lr))
+      iterator = data.train_iterator(epoch, *shard)
+      done = 0
+      resuming = epoch == meta["epoch"] and not meta["epoch_done"]
+      if resuming:
+        iterator.set_state(meta["iterator"])
+        done = meta["batches_done"]
+      carries = None
+      if data.is_stream:
+        carries = train_step.carries_from_host(state["carry"] if resuming else first_carry)
+      progress = logging_utils.Progress(epoch, num_batches, done, enabled=is_writer)
+      epoch_sums = {"nll": 0.0, "tokens": 0}
 
+      def read_totals(reset: bool) -> dict:
+        """The training sums since the last reset (waits for the devices); raises
+        TrainingDiverged when they show divergence."""
+        nonlocal p_state
+        totals = parallel.first_replica(p_state.totals)
+        if reset:
+          p_state = p_state._replace(totals=parallel.replicate(steps.zero_totals()))
+          epoch_sums["nll"] += float(totals["nll"])
+          epoch_sums["tokens"] += int(totals["tokens"])
+        mean = float(totals["nll"]) / max(int(totals["tokens"]), 1)
+        reason = (f"the loss of {int(totals['nonfinite'])} step(s) was not finite"
+                  if totals["nonfinite"] else divergence(mean, vocab_size))
+        if reason:
+          raise _diverged(reason, step, lr, last_good)
+        return {"loss": mean, "tokens": int(totals["tokens"])}
+
+      for placed, position in parallel.prefetch(
+          ((batch, iterator.get_state()) for batch in iterator), train_step.place):
+        step += 1
+        done += 1
+        p_state, carries = train_step(p_state, placed, p_rng, p_lr, carries)
+        progress.advance()
+        if progress.needs_clock():
+          progress.start_clock(read_totals(reset=False)["tokens"])
+        if step % tc.log_every_steps == 0:
+          totals = read_totals(reset=True)
+          rate = progress.report(step, totals["loss"], totals["tokens"])
+          writer.write_scalars(step, {"epoch": epoch, "train_loss": totals["loss"],
+                                      "train_perplexity": math.exp(min(totals["loss"], 50.0)),
+                                      "learning_rate": lr, "tokens_per_second": rate})
+        if ckpt.should_save(step) and done < num_batches:
+          read_totals(reset=False)
+          save(epoch, False, position, done, carries)
+          last_good = step
+      progress.close()
+      read_totals(reset=True)
+      valid = evaluator(p_state.params, data, "valid", config.data.eval_batch_size)
+      if not math.isfinite(valid["perplexity"]):
+        raise _diverged(f"the validation perplexity is {valid['perplexity']} (mean NLL "
+                        f"{valid['nll'] / valid['tokens']:.4g} nats per token)", step, lr,
+                        last_good)
+      epochs = epoch
+      stopping = stopping.update(epoch, valid["perplexity"])
+      save(epoch, True, None, num_batches, None, valid["perplexity"])
+      last_good = step
+      train_loss = epoch_sums["nll"] / max(epoch_sums["tokens"], 1)
+      writer.write_scalars(step, {
+          "epoch": epoch, "learning_rate": lr, "epoch_train_loss": train_loss,
+          "valid_perplexity": valid["perplexity"],
+          "valid_perplexity_paper_convention": valid["perplexity_paper_convention"],
+          "best_epoch": stopping.best_epoch})
+      logging.info("epoch %d: lr %.4g, train loss %.4f, valid perplexity %.2f (paper convention "
+                   "%.2f), best epoch %d", epoch, lr, train_loss, valid["perplexity"],
+                   valid["perplexity_paper_convention"], stopping.best_epoch)
+
+  except BaseException:
+    ckpt.close()  # Finishes the saves under way, so the last good checkpoint is whole.
+    raise
   ckpt.wait()
   best = ckpt.best_step()
   state, meta = ckpt.restore(best, state)
   ckpt.close()
-  p_params = replicate(state["params"])
-  results = {split: evaluate_batches(
-      p_eval_step, p_params, data.eval_batches(split, config.data.eval_batch_size, *shard))
+  p_params = parallel.replicate(state["params"])
+  results = {split: evaluator(p_params, data, split, config.data.eval_batch_size)
              for split in ("valid", "test")}
-  writer.write_scalars(best, {"best_epoch": meta["epoch"], **{
+  writer.write_scalars(best, {"best_epoch": meta["epoch"], "epochs": epochs, **{
       f"final_{split}_{key}": result[key] for split, result in results.items()
       for key in ("perplexity", "perplexity_paper_convention")}})
   writer.close()
   logging.info("best epoch %d (step %d): valid perplexity %.2f, test perplexity %.2f",
                meta["epoch"], best, results["valid"]["perplexity"],
                results["test"]["perplexity"])
-  return {"params": state["params"], "step": best, "epoch": meta["epoch"], **results}
+  return {"params": state["params"], "step": best, "epoch": meta["epoch"], "epochs": epochs,
+          "train_seconds": train_seconds(), **results}
+
+
+def summary(result: dict, workdir) -> dict:
+  """The one-line JSON record of a finished `train_and_evaluate` (what `main` prints)."""
+  return {"workdir": str(workdir), "best_epoch": result["epoch"], "best_step": result["step"],
+          "epochs": result["epochs"],
+          **{f"{split}_{key}": result[split][key] for split in ("valid", "test")
+             for key in ("perplexity", "perplexity_paper_convention")},
+          "train_seconds": round(result["train_seconds"], 1)}

@@ -6,9 +6,10 @@ import pathlib
 import ml_collections
 
 from attnlm_jax import models
+from attnlm_jax.data import locations
 
-DATA_ROOT = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
-CORPUS_DIRS = {"ptb": "ptb", "wikitext2": "wikitext-2"}
+# The corpora beside the repository, read when present (the benchmark figures' data).
+SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
 BATCH_SIZE = 32
 MAX_LEN = 35
 
@@ -33,9 +34,13 @@ SHAPES = {
 
 
 def data_config(corpus: str) -> ml_collections.ConfigDict:
-  """config.data for `corpus` read from ../shared/data, or the embedded corpus when absent."""
-  directory = DATA_ROOT / CORPUS_DIRS[corpus]
-  if not directory.is_dir():
+  """config.data for `corpus` read from ../shared/data, else from the data root
+  (`locations.data_root()`), else the embedded corpus when neither holds it."""
+  subdir = locations.CORPORA[corpus].subdir
+  for directory in (SHARED_DATA / subdir, locations.corpus_dir(corpus)):
+    if directory.is_dir():
+      break
+  else:
     corpus, directory = "embedded", ""
   return ml_collections.ConfigDict({
       "corpus": corpus, "data_dir": str(directory), "source": "text",

@@ -7,9 +7,9 @@ Both sides run on the very same batches of real sentences (the first `--steps` b
 corpus's first training epoch), alternating JAX and PyTorch measurement by measurement for
 `--rounds` rounds, after warm-up; each figure is the median over the rounds:
 
-- jax_train_padded / jax_eval_padded: this project's pmapped `train.train_step` (forward,
-  backward, clip at global norm 5, SGD; parameters and optimizer state donated) and
-  `train.eval_step` on the papers' protocol: rows truncated and padded to max_len 35, batch 32.
+- jax_train_padded / jax_eval_padded: this project's data-parallel `steps.TrainStep`
+  (forward, backward, clip at global norm 5, SGD; the state donated) and the pmapped
+  `steps.eval_step` on the papers' protocol: rows truncated and padded to max_len 35, batch 32.
 - jax_train_bucketed / jax_eval_bucketed: the same sentences bucketed by length (the data
   pipeline's `batching.train_plan` with bucket=True over the measured batches), each batch
   padded to its longest row. This is the project's default for training.
@@ -34,7 +34,6 @@ from typing import Callable
 
 from absl import app
 from absl import flags
-from flax import jax_utils
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -42,7 +41,8 @@ import numpy as np
 
 from attnlm_jax import data as data_lib
 from attnlm_jax import models
-from attnlm_jax import train
+from attnlm_jax import parallel
+from attnlm_jax import steps
 from attnlm_jax.data import batching
 from attnlm_jax.errors import UserError
 from benchmarks.shapes import BATCH_SIZE
@@ -195,33 +195,33 @@ def time_loop(run: Callable[[dict], object], batches: list, warmup: int,
 
 
 class JaxSide:
-  """This project's pmapped training and evaluation steps with their state."""
+  """This project's data-parallel training step (`steps.TrainStep`) and pmapped evaluation
+  step (`steps.eval_step`) with their state."""
 
   def __init__(self, config: ml_collections.ConfigDict, params: dict):
-    train_config = ml_collections.ConfigDict({"learning_rate": 1.0, "grad_clip": 5.0})
-    optimizer = train.make_optimizer(train_config)
-    self.p_train = jax.pmap(
-        functools.partial(train.train_step, model_config=config, optimizer=optimizer),
-        axis_name=train.AXIS, donate_argnums=(0, 1))
-    self.p_eval = train.pmapped_eval_step(config)
-    self.params = jax_utils.replicate(params)
-    self.opt_state = jax_utils.replicate(optimizer.init(models.trainable(params)))
-    self.rng = jax_utils.replicate(jax.random.PRNGKey(0))
-    self.lr = jax_utils.replicate(np.float32(1.0))
-    self.step = jax_utils.replicate(np.int32(0))
+    run_config = ml_collections.ConfigDict({
+        "model": config,
+        "data": {"batch_size": BATCH_SIZE},
+        "train": {"learning_rate": 1.0, "grad_clip": 5.0, "grad_shards": 0}})
+    self.train_step = steps.TrainStep(run_config)
+    self.p_eval = jax.pmap(functools.partial(steps.eval_step, model_config=config),
+                           axis_name=steps.AXIS)
+    opt_state = self.train_step.optimizer.init(models.trainable(params))
+    self.state = self.train_step.initial_state(params, opt_state, step=0)
+    self.rng = parallel.replicate(jax.random.PRNGKey(0))
+    self.lr = parallel.replicate(np.float32(1.0))
 
-  @staticmethod
-  def device_batches(batches: list) -> list:
-    """Batches sharded over the local devices and placed on them."""
-    return [jax.device_put(train.shard_batch(b)) for b in batches]
+  def device_batches(self, batches: list) -> list:
+    """Each batch placed as the training step takes it, and as the evaluation step does."""
+    return [(self.train_step.place(b), parallel.put_sharded(parallel.shard_batch(b)))
+            for b in batches]
 
   def train(self, batch):
-    self.params, self.opt_state, metrics = self.p_train(
-        self.params, self.opt_state, batch, self.rng, self.step, self.lr)
-    return metrics
+    self.state, _ = self.train_step(self.state, batch[0], self.rng, self.lr)
+    return self.state.totals["nll"]
 
   def eval(self, batch):
-    return self.p_eval(self.params, batch)
+    return self.p_eval(self.state.params, batch[1])
 
 
 def first_call_seconds(run: Callable, batch, finish: Callable) -> float:
@@ -250,7 +250,7 @@ def benchmark(shape_name: str, score: str, steps: int, warmup: int, rounds: int,
 
   host = measured_batches(data, steps)
   jax_side = JaxSide(config, params)
-  jax_batches = {k: JaxSide.device_batches(v) for k, v in host.items()}
+  jax_batches = {k: jax_side.device_batches(v) for k, v in host.items()}
   torch_batches = [torch_peer.to_torch(b) for b in host["padded"]]
   tokens = float(sum(b["lengths"].sum() for b in host["padded"]))
   lengths = np.concatenate([b["lengths"] for b in host["padded"]])
@@ -259,7 +259,7 @@ def benchmark(shape_name: str, score: str, steps: int, warmup: int, rounds: int,
   compile_s = {
       "train": first_call_seconds(jax_side.train, jax_batches["padded"][0], block),
       "eval": first_call_seconds(jax_side.eval, jax_batches["padded"][0], block)}
-  widths = {b["inputs"].shape[-1]: b for b in jax_batches["bucketed"]}
+  widths = {b[1]["inputs"].shape[-1]: b for b in jax_batches["bucketed"]}
   start = time.perf_counter()
   for batch in widths.values():   # one compilation per bucket width, outside the timing
     block(jax_side.train(batch))

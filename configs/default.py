@@ -4,14 +4,10 @@ Variant configs (ptb.py, wikitext2.py, ...) start from this one and change a few
 Every field can be overridden on the command line, e.g. `--config.model.score=combined`.
 """
 
-import pathlib
-
 import ml_collections
 
 from attnlm_jax import models
-
-# The corpora live beside the repository, in ../shared/data (see its README).
-DATA_ROOT = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from attnlm_jax.data import locations
 
 
 def parse_arg(arg, **defaults) -> ml_collections.ConfigDict:
@@ -43,8 +39,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   config.data.corpus = "ptb"               # "ptb", "wikitext2" or "embedded".
-  config.data.data_dir = str(DATA_ROOT / "ptb")  # Directory of the corpus files.
+  config.data.data_dir = str(locations.corpus_dir("ptb"))  # Directory of the corpus files.
   config.data.source = "text"              # "text" files or "tfds" (array_record) builders.
+  config.data.cache_dir = ""               # Where TFDS-prepared datasets (source="tfds") are
+                                           # built; "" = a tfds directory under data_root().
   config.data.batch_size = 32              # Sentences per training batch (all devices).
   config.data.eval_batch_size = 64         # Sentences per evaluation batch (all devices).
   config.data.max_len = max_len            # Training rows truncated/padded to this length.
@@ -73,6 +71,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.train.lr_decay_after = 12         # Last epoch at the initial learning rate.
   config.train.lr_decay_divisor = 2.0      # lr divided by this every later epoch.
   config.train.grad_clip = 5.0             # Global norm clip of the gradient of sum/batch.
+  config.train.grad_shards = 0            # Gradient = mean over this many equal batch shards,
+                                           # summed in a fixed order: the same value gives
+                                           # bitwise the same run on any device count dividing
+                                           # it (0: one shard per device, fastest).
   config.train.num_epochs = 40             # Maximum number of epochs.
   config.train.patience = 10               # Stop after this many epochs without a better
                                            # valid perplexity, then roll back to the best.

@@ -8,13 +8,15 @@ against Stanford tags) with 3.7M parameters. This recipe (5.1M parameters) reach
 the CoNLL-2000 test split without punctuation (41,981 tokens; known words 96.1%, words
 unseen in training 80.5%) in about 12 CPU-minutes; the same model on CoNLL-2000 alone
 with suffixes 1..3 only, no word dropout and no averaging reached 93.5%.
-"""
 
-import pathlib
+The corpora come from `python -m attnlm_jax.data.download --corpus=conll2000` and
+`--corpus=treebank_sample` (into the data root, see docs/data.md); without the treebank
+sample, `--config.data.treebank_dir=` (empty) trains on CoNLL-2000 alone.
+"""
 
 import ml_collections
 
-DATA_ROOT = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from attnlm_jax.data import locations
 
 
 def get_config(arg=None) -> ml_collections.ConfigDict:
@@ -24,14 +26,14 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.seed = 0                          # Seeds the parameters, dropout and data order.
 
   config.data = ml_collections.ConfigDict()
-  config.data.data_dir = str(DATA_ROOT / "pos" / "conll2000")  # train.txt and test.txt.
+  config.data.data_dir = str(locations.corpus_dir("conll2000"))  # train.txt and test.txt.
   config.data.drop_punctuation = True      # Remove punctuation tokens, as in the PTB files.
   config.data.min_count = 2                # Rarer training words are read as <unk>.
   config.data.batch_size = 32              # Sentences per batch.
   config.data.max_train_sentences = 0      # Use only the first N training sentences (0: all).
   # More training sentences: the NLTK Penn Treebank sample (WSJ section 00, disjoint
   # from the CoNLL-2000 test section 20); '' trains on CoNLL-2000 alone.
-  config.data.treebank_dir = str(DATA_ROOT / "pos" / "treebank_sample" / "tagged")
+  config.data.treebank_dir = str(locations.corpus_dir("treebank_sample"))
 
   config.model = ml_collections.ConfigDict()
   config.model.embed_size = 256            # Word embedding size.

@@ -9,6 +9,8 @@ batch 32, max_len 35, forget-gate bias 1.0 for the averaging model.
 import pathlib
 import runpy
 
+from attnlm_jax.data import locations
+
 _DEFAULT = runpy.run_path(str(pathlib.Path(__file__).with_name("default.py")))
 
 
@@ -17,7 +19,7 @@ def get_config(arg=None):
   args = _DEFAULT["parse_arg"](arg, score="single")
   config = _DEFAULT["get_config"]()
   config.data.corpus = "wikitext2"         # Sentences split from WikiText-2 paragraphs.
-  config.data.data_dir = str(_DEFAULT["DATA_ROOT"] / "wikitext-2")  # wiki.*.tokens files.
+  config.data.data_dir = str(locations.corpus_dir("wikitext2"))  # wiki.*.tokens files.
   config.model.hidden_size = 1000          # 2 x 1000 units, embeddings 1000, tied.
   config.model.dropout = 0.65              # Non-recurrent dropout.
   config.model.score = args.score          # The attention score of this table row.

@@ -1,4 +1,5 @@
-"""Test-wide settings: two host CPU devices so data-parallel code runs on a CPU machine."""
+"""Test-wide settings: two host CPU devices so data-parallel code runs on a CPU machine, and
+the corpora read from `../shared/data` when it exists (the configs' data root)."""
 
 import os
 import pathlib
@@ -9,6 +10,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import pytest  # noqa: E402
 
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+if SHARED_DATA.is_dir():
+  os.environ["ATTNLM_DATA_DIR"] = str(SHARED_DATA)
 
 
 @pytest.fixture(scope="session")

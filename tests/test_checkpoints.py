@@ -1,4 +1,5 @@
-"""Checkpoints: latest + best kept, workdir checks, and resuming after kill -9."""
+"""Checkpoints: latest two + best kept, workdir checks, resuming after kill -9 or from a
+corrupted checkpoint."""
 
 import json
 import os
@@ -33,7 +34,8 @@ def test_keeps_latest_and_best_and_round_trips(tmp_path):
     ckpt.save(step, _state(step), {"epoch": step, "iterator": {"next_index": step}}, ppl)
   ckpt.wait()
   assert (ckpt.latest_step(), ckpt.best_step()) == (5, 2)
-  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "5"]
+  # The best and the latest two (a resume falls back to 4 if 5 cannot be read).
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4", "5"]
   state, meta = ckpt.restore(2, _state(0))
   ckpt.close()
   assert meta == {"epoch": 2, "iterator": {"next_index": 2}}
@@ -60,14 +62,18 @@ def test_refuses_other_parameter_shapes(tmp_path):
     checkpoints.check_compatible(epath.Path(tmp_path), vocab, wider)
 
 
-def _command(workdir) -> list[str]:
+# The stream protocol: 400 streams of the embedded corpus, read in 61 windows of 10 per epoch.
+STREAM = {"data__span": "stream", "data__bucket": False}
+
+
+def _command(workdir, **overrides) -> list[str]:
   # 2 epochs x 50 steps; step checkpoints every 20 steps; a metrics line every step.
   return [sys.executable, "-m", "attnlm_jax.main", *tiny_config.flags(
-      train__log_every_steps=1), f"--workdir={workdir}"]
+      train__log_every_steps=1, **overrides), f"--workdir={workdir}"]
 
 
-def _run(workdir) -> None:
-  subprocess.run(_command(workdir), cwd=tiny_config.REPO, check=True,
+def _run(workdir, **overrides) -> None:
+  subprocess.run(_command(workdir, **overrides), cwd=tiny_config.REPO, check=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -97,25 +103,30 @@ def test_saved_config_from_before_a_model_field_existed_gets_its_default(tmp_pat
   models.validate(config.model)
 
 
-def test_kill_9_then_rerun_ends_like_an_uninterrupted_run(tmp_path):
-  _run(tmp_path / "whole")
+# Killed after a mid-epoch checkpoint of epoch 2 (the stream's carries the windows' state).
+@pytest.mark.parametrize("overrides, kill_after, steps", [({}, 65, 100), (STREAM, 85, 122)],
+                         ids=["sentence", "stream"])
+def test_kill_9_then_rerun_ends_like_an_uninterrupted_run(tmp_path, overrides, kill_after,
+                                                          steps):
+  _run(tmp_path / "whole", **overrides)
   interrupted = tmp_path / "interrupted"
-  process = subprocess.Popen(_command(interrupted), cwd=tiny_config.REPO,
+  process = subprocess.Popen(_command(interrupted, **overrides), cwd=tiny_config.REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.monotonic() + 120
-  while _last_step(interrupted) < 65 and process.poll() is None:
+  while _last_step(interrupted) < kill_after and process.poll() is None:
     assert time.monotonic() < deadline
     time.sleep(0.01)
   os.kill(process.pid, signal.SIGKILL)
   assert process.wait() == -signal.SIGKILL, "training ended before it could be killed"
   killed_at = _last_step(interrupted)
-  assert 65 <= killed_at < 100
-  _run(interrupted)
+  assert kill_after <= killed_at < steps
+  _run(interrupted, **overrides)
   starts = [json.loads(l) for l in (interrupted / "metrics.jsonl").read_text().splitlines()
             if '"event": "start"' in l]
   assert 0 < starts[-1]["step"] <= killed_at            # resumed from a checkpoint
   whole = _checkpointed_params(tmp_path / "whole")
   resumed = _checkpointed_params(interrupted)
-  assert whole[0] == resumed[0] and whole[3] == resumed[3]
+  without_time = lambda meta: {k: v for k, v in meta.items() if k != "train_seconds"}
+  assert whole[0] == resumed[0] and without_time(whole[3]) == without_time(resumed[3])
   for a, b in zip(jax.tree.leaves(whole[1:3]), jax.tree.leaves(resumed[1:3])):
     np.testing.assert_array_equal(a, b)

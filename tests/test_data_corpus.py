@@ -93,14 +93,16 @@ def _one_line_error(match, *args):
 
 
 def test_missing_directory_and_file(tmp_path):
-  _one_line_error(r"nowhere does not exist: pass --data_dir", "ptb", tmp_path / "nowhere",
-                  "train")
+  download = (r'download Penn Treebank with "python -m attnlm_jax\.data\.download '
+              r'--corpus=ptb" or pass --config\.data\.data_dir=DIR, the directory holding '
+              r'ptb\.\{train,valid,test\}\.txt$')
+  _one_line_error(f"nowhere does not exist: {download}", "ptb", tmp_path / "nowhere", "train")
   (tmp_path / "afile").write_text("x")
   _one_line_error("is a file, not a directory", "ptb", tmp_path / "afile", "train")
   _one_line_error("no data_dir given for corpus ptb", "ptb", "", "train")
   d = _write_ptb(tmp_path / "p", {})
   (d / "ptb.valid.txt").unlink()
-  _one_line_error(r"ptb\.valid\.txt not found: put the ptb files", "ptb", d, "valid")
+  _one_line_error(rf"ptb\.valid\.txt not found: {download}", "ptb", d, "valid")
 
 
 def test_empty_files(tmp_path):
@@ -121,12 +123,14 @@ def test_other_corpus_layout(tmp_path):
   d.mkdir()
   for split in corpus.SPLITS:
     (d / f"wiki.{split}.tokens").write_text(" a . \n")
-  _one_line_error(r"holds the wikitext2 layout .* use --corpus=wikitext2", "ptb", d, "train")
+  _one_line_error(r"holds the wikitext2 layout .* use --config\.data\.corpus=wikitext2, or "
+                  r"point --config\.data\.data_dir at the ptb files", "ptb", d, "train")
   p = _write_ptb(tmp_path / "p", {})
-  _one_line_error(r"holds the ptb layout .* use --corpus=ptb", "wikitext2", p, "test")
+  _one_line_error(r"holds the ptb layout .* use --config\.data\.corpus=ptb", "wikitext2", p,
+                  "test")
   # The parent of the corpus directory: point at the subdirectory.
-  _one_line_error(r"but .*/p holds the ptb files: use --data_dir=.*/p$", "ptb", tmp_path,
-                  "train")
+  _one_line_error(r"but .*/p holds the ptb files: use --config\.data\.data_dir=.*/p$", "ptb",
+                  tmp_path, "train")
 
 
 def test_unknown_corpus_and_split(tmp_path):
@@ -138,7 +142,7 @@ def test_unknown_corpus_and_split(tmp_path):
 def test_detect(tmp_path):
   assert corpus.detect("") == "embedded"
   assert corpus.detect(_write_ptb(tmp_path / "p", {})) == "ptb"
-  with pytest.raises(CorpusError, match="use --data_dir=.*/p"):
+  with pytest.raises(CorpusError, match="use --config.data.data_dir=.*/p"):
     corpus.detect(tmp_path)
   (tmp_path / "empty").mkdir()
   with pytest.raises(CorpusError, match="empty holds neither ptb.train.txt nor wiki"):

@@ -54,7 +54,7 @@ def test_cli_prints_hand_computed_statistics(tmp_path):
 
 @pytest.mark.parametrize("make_input, message", [
     (lambda d: d / "missing", "does not exist"),
-    (lambda d: _write_tiny_ptb(d / "x").parent, "use --data_dir="),
+    (lambda d: _write_tiny_ptb(d / "x").parent, "use --config.data.data_dir="),
 ])
 def test_cli_bad_directory_is_one_line_and_exit_1(tmp_path, make_input, message):
   result = _run(f"--data_dir={make_input(tmp_path)}")

@@ -43,6 +43,19 @@ def test_read_conll_drops_punctuation_and_normalises(tmp_path):
   assert len(tagger_lib.read_conll(path, drop_punctuation=False)[0][0]) == 6
 
 
+def test_missing_conll_file_names_the_download_command(tmp_path):
+  with pytest.raises(tagger_lib.TaggerError) as e:
+    tagger_lib.read_conll(tmp_path / "missing" / "train.txt")
+  assert str(e.value) == (
+      f'{tmp_path}/missing/train.txt not found: download CoNLL-2000 with "python -m '
+      'attnlm_jax.data.download --corpus=conll2000" or pass --config.data.data_dir=DIR, the '
+      'directory holding train.txt and test.txt')
+  # The corpus's place under another data root: the command downloads into that root.
+  with pytest.raises(tagger_lib.TaggerError) as e:
+    tagger_lib.read_conll(tmp_path / "pos" / "conll2000" / "test.txt")
+  assert f'--corpus=conll2000 --data_dir={tmp_path}" or pass' in str(e.value)
+
+
 def test_later_words_never_change_earlier_tag_predictions():
   config = tiny_model_config()
   params = tagger_lib.init(jax.random.key(0), config, num_words=30, num_suffixes=20,
@@ -68,7 +81,10 @@ def test_read_treebank_pos_splits_sentences_at_the_full_stop(tmp_path):
   assert tagger_lib.read_treebank_pos(tmp_path) == [
       (("pierre", "vinken", "N", "years", "old"), ("NNP", "NNP", "CD", "NNS", "JJ")),
       (("a", "N", "that", "targeting"), ("DT", "CD", "WDT", "VBG"))]
-  with pytest.raises(tagger_lib.TaggerError, match="config.data.treebank_dir"):
+  with pytest.raises(tagger_lib.TaggerError,
+                     match=r'"python -m attnlm_jax\.data\.download --corpus=treebank_sample", '
+                           r'pass --config\.data\.treebank_dir=DIR, .* or '
+                           r'--config\.data\.treebank_dir= \(empty\) to train on CoNLL-2000 alone'):
     tagger_lib.read_treebank_pos(tmp_path / "missing")
 
 

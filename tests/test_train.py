@@ -1,9 +1,13 @@
 """The training loop: data-parallel step, determinism, early stopping, the configs."""
 
 import functools
+import itertools
 import json
+import os
 import pathlib
 import runpy
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -11,41 +15,62 @@ import pytest
 
 from attnlm_jax import checkpoints
 from attnlm_jax import models
+from attnlm_jax import parallel
+from attnlm_jax import steps
 from attnlm_jax import train
 import tiny_config
 
 
-def _one_step(config, devices):
-  """Params and summed NLL after one train_step on the first batch, pmapped over devices."""
+def _steps(config, devices, num_steps=3):
+  """Params and summed NLL after `num_steps` training steps on the first batches."""
   config, data, params = train.prepare(config, "/nonexistent-workdir")
   state = train.initial_state(config, params)
-  step = jax.pmap(functools.partial(train.train_step, model_config=config.model,
-                                    optimizer=train.make_optimizer(config.train)),
-                  axis_name=train.AXIS, devices=devices)
-  batch = next(data.train_iterator(1))
-  n = len(devices)
-  sharded = {k: v.reshape(n, v.shape[0] // n, *v.shape[1:]) for k, v in batch.items()}
-  rep = functools.partial(train.replicate, devices=devices)
-  new_params, _, metrics = step(rep(state["params"]), rep(state["opt_state"]), sharded,
-                                rep(state["rng"]), rep(np.int32(1)), rep(np.float32(1.0)))
-  return train.first_replica(new_params), float(train.first_replica(metrics["nll"]))
+  train_step = steps.TrainStep(config, devices)
+  p_state = train_step.initial_state(state["params"], state["opt_state"], 0)
+  rep = functools.partial(parallel.replicate, devices=devices)
+  for batch in itertools.islice(data.train_iterator(1), num_steps):
+    p_state, _ = train_step(p_state, train_step.place(batch), rep(state["rng"]),
+                            rep(np.float32(1.0)))
+  return (parallel.first_replica(p_state.params),
+          float(parallel.first_replica(p_state.totals["nll"])))
 
 
-@pytest.mark.parametrize("score", ["combined", "average"])
-def test_two_device_step_equals_one_device_step(score):
+@pytest.mark.parametrize("score", ["combined", "average", "conv1x1"])
+def test_with_fixed_shards_two_devices_compute_bitwise_what_one_does(score):
   assert jax.local_device_count() == 2, "tests/conftest.py sets 2 host devices"
-  config = tiny_config.config(model__dropout=0.0, model__score=score, data__batch_size=32)
-  params_2, nll_2 = _one_step(config, jax.local_devices())
-  params_1, nll_1 = _one_step(config, jax.local_devices()[:1])
+  config = tiny_config.config(model__dropout=0.3, model__score=score, data__batch_size=32,
+                              train__grad_shards=4)
+  params_2, nll_2 = _steps(config, jax.local_devices())
+  params_1, nll_1 = _steps(config, jax.local_devices()[:1])
+  assert nll_2 == nll_1
+  for a, b in zip(jax.tree.leaves(params_1), jax.tree.leaves(params_2)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_one_shard_per_device_agrees_up_to_rounding():
+  config = tiny_config.config(model__dropout=0.3, data__batch_size=32)
+  params_2, nll_2 = _steps(config, jax.local_devices())
+  params_1, nll_1 = _steps(config, jax.local_devices()[:1])
   assert nll_2 == pytest.approx(nll_1, rel=1e-5)
   for a, b in zip(jax.tree.leaves(params_1), jax.tree.leaves(params_2)):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+def test_shards_change_the_gradient_only_by_rounding():
+  """4 shards of 8 rows on one device: the same SGD step as the whole batch at once."""
+  config = tiny_config.config(model__dropout=0.3, data__batch_size=32)
+  whole, nll_whole = _steps(config, jax.local_devices()[:1], num_steps=1)
+  config.train.grad_shards = 4
+  sharded, nll_sharded = _steps(config, jax.local_devices()[:1], num_steps=1)
+  assert nll_sharded == pytest.approx(nll_whole, rel=1e-6)
+  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(sharded)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
 def _worsening_config():
-  """Epoch 2 trains at lr 10 (the schedule multiplies by 10 after epoch 1): valid worsens."""
+  """Epoch 2 trains at lr 4/3 (the schedule multiplies it by 4/3 after epoch 1): valid worsens."""
   return tiny_config.config(train__num_epochs=3, train__patience=1, train__lr_decay_after=1,
-                            train__lr_decay_divisor=0.1)
+                            train__lr_decay_divisor=0.75)
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +150,20 @@ def test_table_row_configs(score):
 def test_unknown_config_argument_is_rejected():
   with pytest.raises(ValueError, match="unknown config argument 'scor'"):
     _load("ptb.py", "scor=single")
+
+
+def test_one_demo_epoch_gives_the_same_perplexity_on_one_and_two_devices(tmp_path):
+  """configs/demo.py (dropout on, its fixed `grad_shards`) for one epoch, as separate
+  processes with 1 and 2 host devices: the same run (docs/training.md, "Devices")."""
+  records = []
+  for devices in (1, 2):
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlm_jax.main", "--config=configs/demo.py",
+         "--config.train.num_epochs=1", f"--workdir={tmp_path / str(devices)}"],
+        cwd=tiny_config.REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    records.append(json.loads(result.stdout.splitlines()[-1]))
+  one, two = records
+  assert one["valid_perplexity"] == pytest.approx(two["valid_perplexity"], rel=1e-3)
+  assert one["test_perplexity"] == pytest.approx(two["test_perplexity"], rel=1e-3)

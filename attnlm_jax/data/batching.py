@@ -6,6 +6,12 @@ sentence (span "sentence"), or consecutive sentences of one document packed up t
 (span "document"). A *plan* is an int array [num_batches, batch_size] of unit indices, -1
 marking filler rows. `make_batch` turns the units of one plan row into the batch dict of
 docs/data.md: inputs start with EOS_ID (the start symbol), targets are the unit's tokens.
+
+The stream protocol (span "stream", Zaremba et al. 2015) cuts the whole stream into
+`batch_size` contiguous rows (`stream_rows`) read side by side in consecutive windows of
+`width` tokens (`num_stream_windows`; `make_batch` without `start_symbol`): a window's inputs
+continue the stream (the token before each target), so the model's state carries from one
+window to the next.
 """
 
 from __future__ import annotations
@@ -149,19 +155,36 @@ def pad_fraction(rows: np.ndarray, width: int | None = None, multiple: int = 1,
   return float(1.0 - rows.sum() / (widths.sum() * rows.shape[1]))
 
 
+def stream_rows(num_tokens: int, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+  """(starts, lengths) of `num_rows` contiguous rows covering a stream of `num_tokens` once:
+  ceil(num_tokens / num_rows) tokens each, the last rows shorter (possibly empty)."""
+  row_length = -(-num_tokens // num_rows)
+  starts = np.arange(num_rows, dtype=np.int64) * row_length
+  return starts, np.clip(num_tokens - starts, 0, row_length)
+
+
+def num_stream_windows(row_lengths: np.ndarray, width: int) -> int:
+  """Windows of `width` tokens that read the longest row to its end."""
+  return int(-(-int(np.max(row_lengths, initial=0)) // width))
+
+
 def make_batch(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-               width: int) -> dict[str, np.ndarray]:
+               width: int, start_symbol: bool = True) -> dict[str, np.ndarray]:
   """Builds one padded batch from units of the token stream.
 
   Row r predicts tokens[starts[r] : starts[r] + lengths[r]]: `targets` holds them and
   `inputs` holds EOS_ID followed by the same tokens shifted right by one; both are padded
   with PAD_ID after `lengths[r]` up to `width` positions (filler rows: length 0, all PAD_ID).
+  Without `start_symbol` the first input is the stream's token before the row (EOS_ID, the
+  start symbol, only at the stream's start).
 
   Args:
     tokens: the split's flat int32 token stream.
     starts: stream offset of each row's unit.
     lengths: predicted tokens of each row (already truncated; at most `width`).
     width: number of positions T.
+    start_symbol: start every row with EOS_ID (a row is a whole unit) rather than with the
+      stream's previous token (a row continues the stream).
 
   Returns:
     {"inputs": int32 [B, T], "targets": int32 [B, T], "lengths": int32 [B]}.
@@ -171,7 +194,8 @@ def make_batch(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
   index = np.asarray(starts)[:, None] + positions[None, :]
   last = len(tokens) - 1
   targets = np.where(mask, tokens[np.clip(index, 0, last)], PAD_ID)
-  previous = np.where(positions[None, :] == 0, EOS_ID, tokens[np.clip(index - 1, 0, last)])
+  first = (positions[None, :] == 0) if start_symbol else (index == 0)
+  previous = np.where(first, EOS_ID, tokens[np.clip(index - 1, 0, last)])
   inputs = np.where(mask, previous, PAD_ID)
   return {"inputs": inputs.astype(np.int32), "targets": targets.astype(np.int32),
           "lengths": np.asarray(lengths, dtype=np.int32)}

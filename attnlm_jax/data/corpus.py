@@ -15,7 +15,8 @@ and split into words at whitespace. The corpus-specific rules (docs/data.md has 
 - `embedded`: `attnlm_jax/data/embedded/{split}.txt.gz` inside the package, one sentence per
   line, each sentence its own document.
 
-Bad input raises `CorpusError` with a one-line message naming the file and the fix.
+Bad input raises `CorpusError` with a one-line message naming the file and the fix; a missing
+corpus names the command that downloads it (`attnlm_jax.data.download`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import zlib
 from etils import epath
 
 from attnlm_jax import errors
+from attnlm_jax.data import locations
 
 CORPORA = ("ptb", "wikitext2", "embedded")
 SPLITS = ("train", "valid", "test")
@@ -75,7 +77,8 @@ def detect(data_dir) -> str:
   """
   if not str(data_dir):
     return "embedded"
-  directory = _existing_dir(data_dir, "ptb.train.txt or wiki.train.tokens")
+  directory = _existing_dir(data_dir, "pass --config.data.data_dir=DIR, the directory "
+                                      "holding ptb.train.txt or wiki.train.tokens")
   for corpus in LAYOUTS:
     if split_path(corpus, directory, "train").is_file():
       return corpus
@@ -83,9 +86,10 @@ def detect(data_dir) -> str:
     for corpus in LAYOUTS:
       if split_path(corpus, sub, "train").is_file():
         raise CorpusError(f"{directory} holds no corpus files, but {sub} holds {corpus}: "
-                          f"use --data_dir={sub}")
+                          f"use --config.data.data_dir={sub}")
   raise CorpusError(f"{directory} holds neither ptb.train.txt nor wiki.train.tokens: pass "
-                    "the --data_dir that holds them, or --corpus=embedded")
+                    "the --config.data.data_dir that holds them, or "
+                    "--config.data.corpus=embedded")
 
 
 def read_split(corpus: str, data_dir, split: str) -> SplitText:
@@ -141,10 +145,11 @@ def _read_embedded(split: str) -> tuple[str, bytes]:
 def _find_split_file(corpus: str, data_dir, split: str) -> epath.Path:
   """Checks the directory layout and returns the split's file; CorpusError otherwise."""
   expected = LAYOUTS[corpus].format(split="{train,valid,test}")
+  fix = f"pass --config.data.data_dir=DIR, the directory holding {expected}"
   if not str(data_dir):
-    raise CorpusError(f"no data_dir given for corpus {corpus}: pass --data_dir=DIR, the "
-                      f"directory holding {expected}")
-  directory = _existing_dir(data_dir, expected)
+    raise CorpusError(f"no data_dir given for corpus {corpus}: {fix}")
+  fix = f"{locations.download_hint(corpus, data_dir)} or {fix}"
+  directory = _existing_dir(data_dir, fix)
   path = split_path(corpus, directory, split)
   if path.is_file():
     return path
@@ -152,22 +157,21 @@ def _find_split_file(corpus: str, data_dir, split: str) -> epath.Path:
     if other != corpus and (directory / pattern.format(split="train")).is_file():
       raise CorpusError(f"{directory} holds the {other} layout "
                         f"({pattern.format(split='*')}), not {expected}: use "
-                        f"--corpus={other}, or point --data_dir at the {corpus} files")
+                        f"--config.data.corpus={other}, or point --config.data.data_dir at "
+                        f"the {corpus} files")
   for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
     if split_path(corpus, sub, split).is_file():
       raise CorpusError(f"{path} not found, but {sub} holds the {corpus} files: use "
-                        f"--data_dir={sub}")
-  raise CorpusError(f"{path} not found: put the {corpus} files {expected} in {directory} "
-                    "or pass the --data_dir that holds them")
+                        f"--config.data.data_dir={sub}")
+  raise CorpusError(f"{path} not found: {fix}")
 
 
-def _existing_dir(data_dir, expected: str) -> epath.Path:
-  """`data_dir` as a path; CorpusError when it is not an existing directory."""
+def _existing_dir(data_dir, fix: str) -> epath.Path:
+  """`data_dir` as a path; CorpusError ending in `fix` when it is not an existing directory."""
   directory = epath.Path(data_dir)
   if not directory.is_dir():
     problem = "is a file, not a directory" if directory.exists() else "does not exist"
-    raise CorpusError(f"data directory {directory} {problem}: pass --data_dir=DIR, the "
-                      f"directory holding {expected}")
+    raise CorpusError(f"data directory {directory} {problem}: {fix}")
   return directory
 
 

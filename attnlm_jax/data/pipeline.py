@@ -23,7 +23,7 @@ from attnlm_jax.data.corpus import CorpusError, SplitText
 from attnlm_jax.data.vocab import EOS_ID, Vocabulary
 
 SOURCES = ("text", "tfds")
-SPANS = ("sentence", "document")
+SPANS = ("sentence", "document", "stream")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,12 +63,13 @@ def encode_split(text: SplitText, vocab: Vocabulary) -> EncodedSplit:
 
 
 def make_batch(data: EncodedSplit, starts: np.ndarray, lengths: np.ndarray,
-               width: int) -> dict[str, np.ndarray]:
+               width: int, start_symbol: bool = True) -> dict[str, np.ndarray]:
   """`batching.make_batch` over the split's tokens, plus "tags" [B, T] when it is tagged:
   the tag of each input token (the <eos> tag at the start position), laid out as "inputs"."""
-  batch = batching.make_batch(data.tokens, starts, lengths, width)
+  batch = batching.make_batch(data.tokens, starts, lengths, width, start_symbol)
   if data.tags is not None:
-    batch["tags"] = batching.make_batch(data.tags, starts, lengths, width)["inputs"]
+    batch["tags"] = batching.make_batch(data.tags, starts, lengths, width,
+                                        start_symbol)["inputs"]
   return batch
 
 
@@ -113,6 +114,10 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
   for field in ("batch_size", "eval_batch_size", "max_len", "width_multiple"):
     if config.get(field, 1) < 1:
       raise CorpusError(f"config.data.{field}={config[field]} must be a positive integer")
+  if config.span == "stream" and config.bucket:
+    raise CorpusError("config.data.bucket=True does not apply to config.data.span='stream' "
+                      "(the stream is read in consecutive windows): set "
+                      "--config.data.bucket=false")
 
 
 def _split_reader(config: ml_collections.ConfigDict) -> Callable[[str], SplitText]:
@@ -120,7 +125,7 @@ def _split_reader(config: ml_collections.ConfigDict) -> Callable[[str], SplitTex
   if config.source == "tfds":
     from attnlm_jax.data import tfds_builders  # pylint: disable=g-import-not-at-top
     return functools.partial(tfds_builders.load_split_text, config.corpus, config.data_dir,
-                             cache_dir=config.get("cache_dir") or None)
+                             cache_dir=config.get("cache_dir", ""))
   return functools.partial(corpus_lib.read_split, config.corpus, config.data_dir)
 
 
@@ -129,8 +134,8 @@ def load(data_config: ml_collections.ConfigDict, vocab: Vocabulary | None = None
 
   Args:
     data_config: config.data (corpus, data_dir, source, batch_size, eval_batch_size,
-      max_len, bucket, span, seed; optional cache_dir for source="tfds" and width_multiple
-      for bucketing).
+      max_len, bucket, span, seed; optional cache_dir for source="tfds" ("": `tfds/` in the
+      data root) and width_multiple for bucketing).
     vocab: the vocabulary to use (e.g. restored with a checkpoint); built from the training
       split when None.
 
@@ -198,9 +203,42 @@ class LMData:
         self._units[split] = batching.sentence_units(data.sentence_lengths)
     return self._units[split]
 
+  @property
+  def is_stream(self) -> bool:
+    """True under the stream protocol (config.span "stream"): rows are carried windows."""
+    return self.config.span == "stream"
+
+  def stream_rows(self, split: str, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, lengths) of the `batch_size` contiguous stream rows of `split`."""
+    return batching.stream_rows(len(self.split(split).tokens), batch_size)
+
+  def num_windows(self, split: str, batch_size: int) -> int:
+    """Windows of config.max_len tokens that read `split` as `batch_size` streams."""
+    return batching.num_stream_windows(self.stream_rows(split, batch_size)[1],
+                                       self.config.max_len)
+
   def num_train_batches(self) -> int:
-    """Batches in one training epoch (the last one is completed with filler rows)."""
+    """Batches in one training epoch (the last one is completed with filler rows; under the
+    stream protocol: the windows of the training stream)."""
+    if self.is_stream:
+      return self.num_windows("train", self.config.batch_size)
     return -(-len(self.units("train")[0]) // self.config.batch_size)
+
+  def _stream_windows(self, split: str, batch_size: int, process_index: int,
+                      process_count: int) -> grain.MapDataset:
+    """The windows of `split` read as `batch_size` streams, in order; each process gets its
+    rows of every window (`process_rows`)."""
+    data = self.split(split)
+    starts, lengths = self.stream_rows(split, batch_size)
+    mine = process_rows(batch_size, process_index, process_count)
+    width = self.config.max_len
+
+    def window(index: int) -> dict[str, np.ndarray]:
+      offset = index * width
+      return make_batch(data, starts[mine] + offset,
+                        np.clip(lengths[mine] - offset, 0, width), width, start_symbol=False)
+
+    return grain.MapDataset.range(self.num_windows(split, batch_size)).map(window)
 
   def train_plan(self, epoch: int) -> np.ndarray:
     """The unit indices [num_batches, batch_size] of the epoch's batches (-1: filler)."""
@@ -220,6 +258,11 @@ class LMData:
     max_len; 1 when the field is absent). `get_state()` / `set_state()` checkpoint the
     position.
     """
+    options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=8)
+    if self.is_stream:
+      windows = self._stream_windows("train", self.config.batch_size, process_index,
+                                     process_count)
+      return iter(windows.to_iter_dataset(options))
     data = self.split("train")
     starts, lengths = self.units("train")
     max_len, fixed = self.config.max_len, not self.config.bucket
@@ -233,7 +276,6 @@ class LMData:
       return make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine], width)
 
     dataset = grain.MapDataset.source(list(self.train_plan(epoch))).map(collate)
-    options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=8)
     return iter(dataset.to_iter_dataset(options))
 
   def eval_batches(self, split: str, batch_size: int, process_index: int = 0,
@@ -242,8 +284,12 @@ class LMData:
 
     Rows are whole units (never truncated), each batch padded to its longest row; the last
     batch is filled up to `batch_size` with filler rows (lengths 0). With `process_count`
-    processes each yields only its rows of every batch (`process_rows`), padded alike.
+    processes each yields only its rows of every batch (`process_rows`), padded alike. Under
+    the stream protocol: the windows of `split` read as `batch_size` streams, in order.
     """
+    if self.is_stream:
+      yield from self._stream_windows(split, batch_size, process_index, process_count)
+      return
     for _, batch in eval_batches(self.split(split), self.units(split), batch_size,
                                  process_index, process_count):
       yield batch

@@ -9,8 +9,10 @@ number of lines of each source file is kept in the dataset metadata.
 
 Datasets are written as array_record and read back with `builder.as_data_source(split)`, the
 random-access path that needs no TensorFlow (`tfds.load` and `as_dataset` do). A prepared
-dataset lives under `cache_dir/<corpus>-<hash of the source files>/`, so it is built once and
-rebuilt when the source files change.
+dataset lives under `cache_dir/<corpus>-<hash of the source files>/` (`cache_dir` defaults to
+`tfds/` in the data root, `locations.data_root()`), so it is built once and rebuilt when the
+source files change. TFDS's own progress bars and messages are silenced: preparing logs one
+line, and a progress bar on stderr when it takes more than a few seconds.
 """
 
 from __future__ import annotations
@@ -18,13 +20,23 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from absl import logging
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
+import tqdm
 
+from attnlm_jax import logging_utils
 from attnlm_jax.data import corpus as corpus_lib
+from attnlm_jax.data import locations
 
 DATASET_VERSION = "1.0.0"
+
+
+def _quiet_tfds() -> None:
+  """Turns TFDS's progress bars off and its info lines out of the log (idempotent)."""
+  tfds.disable_progress_bar()
+  logging_utils.quiet_libraries()
 
 
 class _CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
@@ -32,6 +44,8 @@ class _CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   CORPUS = ""
   VERSION = tfds.core.Version(DATASET_VERSION)
+  # Updated once per example written; `prepare` sets it while it builds the dataset.
+  progress: tqdm.tqdm | None = None
   RELEASE_NOTES = {DATASET_VERSION: "Sentences and document indices of corpus.read_split."}
 
   def _info(self) -> tfds.core.DatasetInfo:
@@ -48,16 +62,25 @@ class _CorpusBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _split_generators(self, dl_manager):
     data_dir = dl_manager.manual_dir if self.MANUAL_DOWNLOAD_INSTRUCTIONS else ""
-    generators = {}
-    for split in corpus_lib.SPLITS:
-      text = corpus_lib.read_split(self.CORPUS, data_dir, split)
+    texts = {split: corpus_lib.read_split(self.CORPUS, data_dir, split)
+             for split in corpus_lib.SPLITS}
+    if self.progress is not None:
+      self.progress.reset(total=sum(len(text.sentences) for text in texts.values()))
+    for split, text in texts.items():
       self.info.metadata[f"{split}_lines"] = text.lines
-      generators[split] = self._generate_examples(text)
-    return generators
+    return {split: self._generate_examples(text) for split, text in texts.items()}
 
   def _generate_examples(self, text: corpus_lib.SplitText):
     for index, (words, document) in enumerate(zip(text.sentences, text.documents)):
       yield index, {"text": " ".join(words), "document": document}
+      if self.progress is not None:
+        self.progress.update()
+
+  def _log_download_bytes(self) -> None:
+    """Nothing: TFDS prints "Downloading and preparing dataset" to stdout here."""
+
+  def _log_download_done(self) -> None:
+    """Nothing: TFDS prints "Dataset ... downloaded and prepared" to stdout here."""
 
 
 class Ptb(_CorpusBuilder, skip_registration=True):
@@ -102,14 +125,14 @@ def source_fingerprint(corpus: str, data_dir) -> str:
   return digest.hexdigest()
 
 
-def prepare(corpus: str, data_dir, cache_dir=None) -> tfds.core.DatasetBuilder:
+def prepare(corpus: str, data_dir, cache_dir="") -> tfds.core.DatasetBuilder:
   """The builder of `corpus` with its array_record files prepared (built on first use).
 
   Args:
     corpus: one of corpus.CORPORA.
     data_dir: directory holding the corpus files ("" for the embedded corpus).
-    cache_dir: where prepared datasets are kept; TFDS's data directory
-      (`$TFDS_DATA_DIR`, default ~/tensorflow_datasets) under `attnlm_jax` when None.
+    cache_dir: where prepared datasets are kept; "" (or None) = `tfds/` in the data root
+      (`locations.data_root()`).
 
   Returns:
     The prepared builder; `builder.as_data_source(split)` reads a split.
@@ -124,14 +147,19 @@ def prepare(corpus: str, data_dir, cache_dir=None) -> tfds.core.DatasetBuilder:
     # TFDS would fail on the manual directory with a multi-line AssertionError; the reader
     # raises the one-line CorpusError for a missing or unset directory instead.
     corpus_lib.read_split(corpus, data_dir, "train")
-  root = epath.Path(cache_dir) if cache_dir else (
-      epath.Path(tfds.core.constants.DATA_DIR) / "attnlm_jax")
+  _quiet_tfds()
+  root = epath.Path(cache_dir) if cache_dir else locations.data_root() / "tfds"
   fingerprint = source_fingerprint(corpus, data_dir)
   builder = BUILDERS[corpus](data_dir=root / f"{corpus}-{fingerprint[:16]}",
                              file_format="array_record")
-  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-      manual_dir=None if corpus == "embedded" else str(data_dir),
-      compute_stats=tfds.download.ComputeStatsMode.SKIP))
+  if not builder.data_path.exists():
+    logging.info("preparing %s as array_record in %s (once)", corpus, builder.data_dir)
+    with logging_utils.progress_bar(f"preparing {corpus}", unit=" sentences") as progress:
+      builder.progress = progress
+      builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+          manual_dir=None if corpus == "embedded" else str(data_dir),
+          compute_stats=tfds.download.ComputeStatsMode.SKIP))
+    builder.progress = None
   return builder
 
 
@@ -145,7 +173,7 @@ def decode_example(example: dict[str, Any]) -> tuple[tuple[str, ...], int]:
   return tuple(text.split()), int(example["document"])
 
 
-def load_split_text(corpus: str, data_dir, split: str, cache_dir=None) -> corpus_lib.SplitText:
+def load_split_text(corpus: str, data_dir, split: str, cache_dir="") -> corpus_lib.SplitText:
   """Reads one split through TFDS (building it once into cache_dir), in example order.
 
   Equal to `corpus.read_split(corpus, data_dir, split)`: the same sentences, documents and

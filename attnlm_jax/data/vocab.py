@@ -88,6 +88,10 @@ class Vocabulary:
     ids[unknown] = UNK_ID
     return ids, int(unknown.sum())
 
+  def unknown_words(self, words: Sequence[str]) -> list[str]:
+    """The words (in order, without repeats) that are not in the vocabulary."""
+    return list(dict.fromkeys(w for w in words if w not in self._index))
+
   def encode(self, words: Sequence[str]) -> np.ndarray:
     """Maps words to int32 ids; words outside the vocabulary map to UNK_ID."""
     return self.encode_and_count(words)[0]

@@ -1,0 +1,623 @@
+"""The table runner: trains the rows of a published table and sets them beside the paper.
+
+A table (`TABLES`) is a list of rows. A row is a training run given as a file of the
+repository's `configs/` with its argument and command-line-style overrides, plus the row of
+`results.PAPER_RESULTS` its paper printed; or the POS tagger a `tags=1` row reads; or an
+interpolation of two trained rows (`ensemble.interpolate`, nothing trained).
+
+`run(table, workdir)` (`--mode=reproduce`) trains every selected row not yet finished in
+`workdir/<row>` (a row's dependencies first; `train.train_and_evaluate` resumes an
+interrupted run from its latest checkpoint), refuses a row directory made with another
+config, and after each row it runs writes into `workdir`:
+- `results.json`: every row's config, command, status, parameter count, epochs, final
+  perplexities under both rules, the printed numbers and the difference to them, and the
+  validation perplexity of every epoch; the table and the command that reproduces it;
+- `results.md`: the same as one Markdown table;
+- `curves.png`: validation perplexity per epoch, one line per trained row.
+With `dry_run` it trains nothing and prints the plan: each row's command, epochs, training
+tokens, parameter count and status in `workdir`. docs/reproduce.md maps the rows to papers.
+"""
+
+import dataclasses
+import datetime
+import functools
+import json
+import os
+import pathlib
+from typing import Any, Mapping, Optional, Sequence
+
+from absl import logging
+from etils import epath
+import jax
+import ml_collections
+import numpy as np
+
+from attnlm_jax import analysis
+from attnlm_jax import checkpoints
+from attnlm_jax import data as data_lib
+from attnlm_jax import ensemble
+from attnlm_jax import errors
+from attnlm_jax import logging_utils
+from attnlm_jax import models
+from attnlm_jax import results
+from attnlm_jax import tagger
+from attnlm_jax import train
+
+# Row kinds.
+TRAIN = "train"              # train.train_and_evaluate
+TAGGER = "tagger"            # tagger.train_tagger
+INTERPOLATE = "interpolate"  # ensemble.interpolate of trained rows on valid and test
+
+RESULTS_JSON = "results.json"
+RESULTS_MD = "results.md"
+CURVES_PNG = "curves.png"
+INTERPOLATION_FILE = "interpolation.json"  # An interpolation row's result, in its directory.
+TAGGER_FILE = "tagger.json"                # Written by `tagger.save`.
+SPLITS = ("valid", "test")
+
+FINISHED = "finished"
+NOT_STARTED = "not started"
+CORPUS_NOT_FOUND = "corpus not found"
+
+# Config keys that may differ between a row and its saved config.json: where the files are,
+# and how often the run logs and saves.
+IGNORED_KEYS = ("data.data_dir", "data.cache_dir", "data.tagger_dir", "train.log_every_steps",
+                "train.save_every_steps")
+# Sizes a config file leaves at 0 for training to take from the data and the tagger.
+FILLED_KEYS = ("model.vocab_size", "model.num_tags")
+_ABSENT = "absent"  # How a config key missing on one side shows in a difference.
+
+
+class ReproduceError(errors.UserError):
+  """An unknown table or row, or a row directory that holds another config's run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One row of a table.
+
+  Attributes:
+    name: the row's name, also its directory in the table's workdir.
+    config: a file of configs/ and its argument, "ptb.py:score=single" (train, tagger rows).
+    overrides: dotted config field -> value, as `--config.FIELD=VALUE` sets it.
+    paper: (corpus, model) of its printed row in `results.PAPER_RESULTS`, or None.
+    kind: TRAIN, TAGGER or INTERPOLATE.
+    row_dirs: dotted config field -> the row whose directory it names (the tagger of a
+      `tags=1` row); those rows are trained first.
+    members: INTERPOLATE: the rows mixed, trained first.
+    weights: INTERPOLATE: the weight of each member.
+  """
+  name: str
+  config: str = ""
+  overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  paper: Optional[tuple[str, str]] = None
+  kind: str = TRAIN
+  row_dirs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  members: tuple[str, ...] = ()
+  weights: tuple[float, ...] = ()
+
+  @property
+  def needs(self) -> tuple[str, ...]:
+    """The rows this one needs finished first."""
+    return (*self.row_dirs.values(), *self.members)
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """A published table: its title and rows (a row's dependencies come before it)."""
+  title: str
+  rows: tuple[Row, ...]
+
+
+# A 1 x 16 model, 50 batches of rows cut to 10 tokens and 2 epochs: seconds per row.
+DEMO_OVERRIDES = {"model.hidden_size": 16, "data.batch_size": 400, "data.max_len": 10,
+                  "data.bucket": False, "data.eval_batch_size": 2000, "train.num_epochs": 2,
+                  "train.patience": 2, "train.save_every_steps": 20,
+                  "train.log_every_steps": 10}
+
+def _salton_table(title: str, config_file: str, corpus: str) -> Table:
+  """The six paper-scale rows of the Salton papers' tables on `corpus`: the baseline, the
+  `proj` control, the Attentive LM's two scores, the averaging LM and 1x1-conv attention."""
+  printed = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
+             "average": "Averaging RNN-LM", "conv1x1": "LSTM + 1x1 convolutional attention"}
+  return Table(title, tuple(
+      Row(score, f"{config_file}:score={score}",
+          paper=(corpus, printed[score]) if score in printed else None)
+      for score in ("none", "proj", "single", "combined", "average", "conv1x1")))
+
+
+TABLES = {
+    "zaremba": Table("Zaremba et al. (2015): regularized LSTMs on Penn Treebank", (
+        Row("small", "zaremba.py:size=small", paper=("ptb", "Non-regularized LSTM")),
+        Row("medium", "zaremba.py:size=medium", paper=("ptb", "Medium regularized LSTM")),
+        Row("large", "zaremba.py:size=large", paper=("ptb", "Large regularized LSTM")),
+    )),
+    "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",
+                                "ptb.py", "ptb"),
+    "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",
+                                "wikitext2.py", "wikitext2"),
+    "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (
+        Row("tagger", "tagger.py", kind=TAGGER),
+        Row("lstm", "das.py:model=lstm", paper=("ptb", "LSTM 1x300")),
+        Row("lstmn", "das.py:model=lstmn", paper=("ptb", "LSTMN")),
+        Row("das", "das.py:model=das", paper=("ptb", "DAS LM")),
+        Row("das_lstmn", "das.py:model=das_lstmn", paper=("ptb", "DAS-LSTMN")),
+        Row("das_lstmn_tags", "das.py:model=das_lstmn,tags=1",
+            paper=("ptb", "DAS-LSTMN + tagging model"),
+            row_dirs={"data.tagger_dir": "tagger"}),
+        Row("interpolated", kind=INTERPOLATE, members=("das_lstmn_tags", "lstm"),
+            weights=(0.5, 0.5), paper=("ptb", "DAS-LSTMN + tags, interpolated with LSTM")),
+    )),
+    "ptb_cpu": Table("Attention scores on Penn Treebank, 1 x 200, on a CPU", (
+        Row("none", "ptb_small.py:score=none"),
+        Row("proj", "ptb_small.py:score=proj"),
+        Row("single", "ptb_small.py:score=single"),
+        Row("combined", "ptb_small.py:score=combined"),
+        Row("average", "ptb_small.py:score=average"),
+        Row("conv1x1", "ptb_small.py:score=conv1x1"),
+    )),
+    "demo": Table("Demo: a 1 x 16 LSTM with and without attention, embedded corpus", (
+        Row("none", "demo.py:score=none", DEMO_OVERRIDES),
+        Row("single", "demo.py:score=single", DEMO_OVERRIDES),
+    )),
+}
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def configs_dir() -> pathlib.Path:
+  """The repository's configs/ (beside the attnlm_jax package of a clone)."""
+  path = pathlib.Path(__file__).resolve().parents[1] / "configs"
+  if not path.is_dir():
+    raise ReproduceError(f"{path} not found: the table runner reads the repository's "
+                         "configs/; run it from a clone (pip install -e .)")
+  return path
+
+
+def get_table(name: str) -> Table:
+  """The table called `name`."""
+  if name not in TABLES:
+    raise ReproduceError(f"unknown table {name!r}: choose --table from {', '.join(TABLES)}")
+  return TABLES[name]
+
+
+def select_rows(name: str, rows: Sequence[str] = ()) -> list[Row]:
+  """The rows of table `name` called `rows` (all when empty) and the rows they need, in the
+  table's order."""
+  by_name = {row.name: row for row in get_table(name).rows}
+  unknown = [row for row in rows if row not in by_name]
+  if unknown:
+    raise ReproduceError(f"unknown row {', '.join(unknown)} of table {name}: choose --rows "
+                         f"from {', '.join(by_name)}")
+  wanted = set(rows or by_name)
+  pending = list(wanted)
+  while pending:
+    for need in by_name[pending.pop()].needs:
+      if need not in wanted:
+        wanted.add(need)
+        pending.append(need)
+  return [row for row in by_name.values() if row.name in wanted]
+
+
+def _overrides(row: Row, workdir: epath.Path) -> dict:
+  """The row's overrides with the directories of the rows it reads filled in."""
+  return {**row.overrides, **{key: str(workdir / name) for key, name in row.row_dirs.items()}}
+
+
+def row_config(row: Row, workdir: epath.Path) -> Optional[ml_collections.ConfigDict]:
+  """The config a training or tagger row runs with (None for an interpolation)."""
+  if row.kind == INTERPOLATE:
+    return None
+  return analysis.load_config(configs_dir() / row.config, _overrides(row, workdir))
+
+
+def _flag(value) -> str:
+  """A value as a command-line flag takes it."""
+  return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _as_typed(path: epath.Path) -> epath.Path:
+  """`path` relative to the current directory when it lies inside it (as a user types it
+  from the repository root), else as it is: the form the printed commands take."""
+  local = pathlib.Path(os.fspath(path))
+  if local.is_absolute() and local.is_relative_to(pathlib.Path.cwd()):
+    return epath.Path(local.relative_to(pathlib.Path.cwd()))
+  return path
+
+
+def row_command(row: Row, workdir: epath.Path) -> str:
+  """The command that runs this row alone."""
+  workdir = _as_typed(workdir)
+  if row.kind == INTERPOLATE:
+    return ("python -m attnlm_jax.main --mode=evaluate --split=test "
+            f"--workdirs={','.join(str(workdir / m) for m in row.members)} "
+            f"--weights={','.join(map(str, row.weights))}")
+  mode = ["--mode=train_tagger"] if row.kind == TAGGER else []
+  flags = [f"--config.{key}={_flag(value)}" for key, value in _overrides(row, workdir).items()]
+  return " ".join(["python -m attnlm_jax.main", *mode, f"--config=configs/{row.config}",
+                   *flags, f"--workdir={workdir / row.name}"])
+
+
+def _config_text(row: Row) -> str:
+  """The row's model as results.md shows it: config file, argument and overrides."""
+  if row.kind == INTERPOLATE:
+    return (f"interpolation of {' and '.join(row.members)}, weights "
+            f"{', '.join(map(str, row.weights))}")
+  overrides = [f"{key}={_flag(value)}" for key, value in row.overrides.items()]
+  overrides += [f"{key}=<{name}>" for key, name in row.row_dirs.items()]
+  return " ".join([f"configs/{row.config}", *overrides])
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _flatten(tree: Mapping, prefix: str = "") -> dict:
+  """{"model.score": ...} of a nested JSON dict."""
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      flat.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
+
+
+def _as_json(config: ml_collections.ConfigDict) -> dict:
+  """A ConfigDict as plain JSON values (tuples become lists, references resolved)."""
+  return json.loads(config.to_json_best_effort())
+
+
+def config_differences(expected: Mapping, saved: Mapping) -> dict[str, tuple[Any, Any]]:
+  """The dotted keys whose values differ between a row's config and a saved one (both as
+  JSON dicts).
+
+  Paths and logging/saving cadence (IGNORED_KEYS) are left out, and so are the sizes training
+  fills in (FILLED_KEYS) when the row's config leaves them to it (0).
+
+  Returns:
+    {key: (saved value, expected value)}, "absent" for a key one of them lacks.
+  """
+  want, have = _flatten(expected), _flatten(saved)
+  ignored = {*IGNORED_KEYS, *(key for key in FILLED_KEYS if not want.get(key))}
+  pairs = {key: (have.get(key, _ABSENT), want.get(key, _ABSENT))
+           for key in sorted(want.keys() | have.keys()) if key not in ignored}
+  return {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
+
+
+def _saved_config(row: Row, row_dir: epath.Path) -> Optional[dict]:
+  """The part of a row directory's saved config that its config must match, or None."""
+  if row.kind == TAGGER and (row_dir / TAGGER_FILE).exists():
+    return {"model": json.loads((row_dir / TAGGER_FILE).read_text())["config"]}
+  if row.kind == TRAIN and (row_dir / checkpoints.CONFIG_FILE).exists():
+    return _as_json(checkpoints.read_config(row_dir))
+  return None
+
+
+def _differences(row: Row, row_dir: epath.Path, config) -> list[str]:
+  """How the config saved in `row_dir` differs from the row's, one text per key."""
+  saved = _saved_config(row, row_dir)
+  if saved is None:
+    return []
+  expected = {"model": _as_json(config.model)} if row.kind == TAGGER else _as_json(config)
+  return [f"{key} is {there} there, {here} here"
+          for key, (there, here) in config_differences(expected, saved).items()]
+
+
+def check_workdir(name: str, workdir: epath.Path, configs: Mapping[str, Any]) -> None:
+  """Refuses a row directory of table `name` holding a run of another config."""
+  for row in get_table(name).rows:
+    differences = _differences(row, workdir / row.name, configs[row.name])
+    if differences:
+      raise ReproduceError(
+          f"{workdir / row.name} holds a run of another config than row {row.name} of table "
+          f"{name} ({'; '.join(differences)}): use another --workdir or remove "
+          f"{workdir / row.name}")
+
+
+# --------------------------------------------------------------------------- state of rows
+
+
+def _training_state(row_dir: epath.Path) -> dict:
+  """Status, parameter count, epochs and final perplexities of a training row."""
+  if not (row_dir / logging_utils.METRICS_FILE).exists():
+    return {"status": NOT_STARTED}
+  run = results.read_run(row_dir)
+  curve = run["valid_curve"]
+  last_epoch = curve[-1][0] if curve else 0
+  return {"status": FINISHED if run["finished"] else f"epoch {last_epoch} of {run['num_epochs']}",
+          "params": run["params"], "best_epoch": run["best_epoch"], "epochs_run": len(curve),
+          "valid_curve": curve, **{key: run[key] for key in results.RUN_KEYS}}
+
+
+def _tagger_state(row_dir: epath.Path) -> dict:
+  """Status, parameter count and test accuracy of a tagger row."""
+  if not (row_dir / TAGGER_FILE).exists():
+    return {"status": NOT_STARTED}
+  metrics = json.loads((row_dir / TAGGER_FILE).read_text())["metrics"]
+  return {"status": FINISHED, "params": metrics["num_params"],
+          "test_accuracy": metrics["test_accuracy"]}
+
+
+def _interpolation_state(row_dir: epath.Path) -> dict:
+  """Status and perplexities of an interpolation row."""
+  if not (row_dir / INTERPOLATION_FILE).exists():
+    return {"status": NOT_STARTED}
+  mixture = json.loads((row_dir / INTERPOLATION_FILE).read_text())
+  return {"status": FINISHED, "weights": mixture["test"]["weights"],
+          **{f"{split}_{key}": mixture[split][key] for split in SPLITS
+             for key in ("perplexity", "perplexity_paper_convention")}}
+
+
+_STATE_READERS = {TRAIN: _training_state, TAGGER: _tagger_state,
+                  INTERPOLATE: _interpolation_state}
+
+
+def row_state(row: Row, workdir: epath.Path) -> dict:
+  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED or "epoch k of n", ...}."""
+  return _STATE_READERS[row.kind](workdir / row.name)
+
+
+def row_record(row: Row, workdir: epath.Path, config) -> dict:
+  """The row as results.json lists it (None for what does not apply or is not known yet)."""
+  record = {"name": row.name, "kind": row.kind,
+            "config": f"configs/{row.config}" if row.config else None,
+            "overrides": dict(row.overrides), "model": _config_text(row),
+            "command": row_command(row, workdir), "status": NOT_STARTED, "params": None,
+            "num_epochs": config.train.num_epochs if config else None, "epochs_run": None,
+            "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
+            "paper": None, "differences": None}
+  record.update(row_state(row, workdir))
+  if row.paper:
+    paper = results.paper_result(*row.paper)
+    record["paper"] = dataclasses.asdict(paper)
+    record["differences"] = results.paper_differences(record, paper)
+  return record
+
+
+# --------------------------------------------------------------------------- results files
+
+
+def _count(value: Optional[int]) -> str:
+  """A count with thousands separators, "-" for None."""
+  return "-" if value is None else f"{value:,}"
+
+
+def _difference_cell(difference: Optional[dict]) -> str:
+  """"+1.2 (+1.7%)", or "-"."""
+  if not difference:
+    return "-"
+  return f"{difference['difference']:+.1f} ({difference['percent']:+.1f}%)"
+
+
+def _markdown_cells(record: dict) -> list[str]:
+  """One results.md line of a row."""
+  number = results.format_number
+  if record["status"] == NOT_STARTED:
+    epochs = "not run"
+  elif record["status"] != FINISHED:
+    epochs = record["status"]
+  elif record["epochs_run"] is None:
+    epochs = "-"
+  else:
+    epochs = f"{record['epochs_run']} ({record['best_epoch']})"
+  paper, differences = record["paper"], record["differences"] or {}
+  return [record["name"], record["model"], _count(record["params"]), epochs,
+          *(number(record[key]) for key in results.RUN_KEYS),
+          f"{number(paper['valid'])} / {number(paper['test'])}" if paper else "-",
+          f"{paper['paper']}, {paper['convention']}" if paper else "-",
+          _difference_cell(differences.get("valid")), _difference_cell(differences.get("test"))]
+
+
+def format_markdown(summary: dict) -> str:
+  """results.md of a results.json dict."""
+  headers = ("row", "model / config", "params", "epochs (best)", "valid", "test",
+             "valid (paper conv.)", "test (paper conv.)", "printed valid / test",
+             "printed by, perplexity rule", "difference valid", "difference test")
+  table = results.markdown_table(
+      headers, [_markdown_cells(record) for record in summary["rows"]])
+  notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
+           "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
+  return "\n".join([
+      f"# Table `{summary['table']}`: {summary['title']}", "",
+      f"Reproduce with `{summary['command']}` (results of {summary['date']}).", "", table, "",
+      "`valid` and `test` predict every token; `(paper conv.)` is the released code's rule "
+      "(a sentence's first word not predicted but counted). A difference is the run's "
+      "perplexity under the printed number's rule (the standard one when the paper does not "
+      "say) minus the printed one, and its percentage of the printed one. Epochs: run "
+      "(best); the best epoch's parameters are evaluated.", *([""] + notes if notes else []),
+      ""])
+
+
+def write_results(name: str, workdir: epath.Path, configs: Mapping[str, Any],
+                  command: str) -> dict:
+  """Writes results.json, results.md and curves.png of table `name` into `workdir`.
+
+  Returns:
+    the results.json dict: {"table", "title", "date", "command", "workdir", "rows"}.
+  """
+  table = get_table(name)
+  summary = {"table": name, "title": table.title,
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "command": command, "workdir": str(_as_typed(workdir)),
+             "rows": [row_record(row, workdir, configs[row.name]) for row in table.rows]}
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / RESULTS_JSON).write_text(json.dumps(summary, indent=1) + "\n")
+  (workdir / RESULTS_MD).write_text(format_markdown(summary))
+  results.plot_valid_curves({r["name"]: r["valid_curve"] for r in summary["rows"]},
+                            workdir / CURVES_PNG,
+                            f"{name}: validation perplexity per epoch")
+  return summary
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _training_data(data_config: ml_collections.ConfigDict, cache: dict) -> data_lib.LMData:
+  """The corpus of a data config (without POS tags), loaded once per config.
+
+  Raises:
+    CorpusError: its files are missing.
+  """
+  data_config = data_config.copy_and_resolve_references()
+  if data_config.get("tagger_dir"):
+    data_config.tagger_dir = ""
+  key = data_config.to_json(sort_keys=True)
+  if key not in cache:
+    cache[key] = data_lib.load(data_config)
+  return cache[key]
+
+
+def _tokens_per_epoch(data: data_lib.LMData) -> int:
+  """Tokens predicted in one training epoch: the whole stream under the stream protocol, else
+  every unit (sentence, document span) truncated to max_len."""
+  if data.is_stream:
+    return len(data.split("train").tokens)
+  return int(np.minimum(data.units("train")[1], data.config.max_len).sum())
+
+
+def _param_count(config: ml_collections.ConfigDict, vocab_size: int) -> Optional[int]:
+  """Trainable parameters of the row's model (None for POS-tag inputs before their tagger)."""
+  config = config.copy_and_resolve_references()
+  config.model.vocab_size = vocab_size
+  try:
+    tagger.set_lm_num_tags(config)
+  except tagger.TaggerError:
+    return None
+  shapes = jax.eval_shape(functools.partial(models.init, config=config.model),
+                          jax.random.key(0))
+  return models.count_params(shapes)
+
+
+def _tagger_tokens(config: ml_collections.ConfigDict) -> int:
+  """Tagged training words of the tagger's corpus per epoch.
+
+  Raises:
+    TaggerError: its files are missing.
+  """
+  sentences = tagger.read_conll(epath.Path(config.data.data_dir) / "train.txt",
+                                config.data.drop_punctuation)
+  sentences = sentences[:config.data.max_train_sentences or None]
+  if config.data.get("treebank_dir"):
+    sentences += tagger.read_treebank_pos(config.data.treebank_dir,
+                                          config.data.drop_punctuation)
+  return sum(len(words) for words, _ in sentences)
+
+
+def plan_row(row: Row, workdir: epath.Path, config, cache: dict) -> dict:
+  """What training the row takes: epochs, tokens, parameters, and its status in workdir."""
+  state = row_state(row, workdir)
+  differences = _differences(row, workdir / row.name, config) if config else []
+  printed = results.paper_result(*row.paper) if row.paper else None
+  plan = {"name": row.name, "kind": row.kind, "command": row_command(row, workdir),
+          "printed": (f"{results.format_number(printed.valid)} / "
+                      f"{results.format_number(printed.test)} ({printed.paper})"
+                      if printed else "-"),
+          "epochs": None, "tokens_per_epoch": None, "total_tokens": None,
+          "params": state.get("params"), "note": "",
+          "status": f"config differs: {'; '.join(differences)}" if differences
+                    else state["status"]}
+  if row.kind == INTERPOLATE:
+    plan["note"] = f"no training: mixes {' and '.join(row.members)}"
+    return plan
+  plan["epochs"] = config.train.num_epochs
+  try:
+    if row.kind == TAGGER:
+      plan["tokens_per_epoch"] = _tagger_tokens(config)
+    else:
+      data = _training_data(config.data, cache)
+      plan["tokens_per_epoch"] = _tokens_per_epoch(data)
+      plan["params"] = _param_count(config, len(data.vocab))
+      if plan["params"] is None:
+        plan["note"] = "parameters counted once the tagger row is trained"
+  except (data_lib.CorpusError, tagger.TaggerError) as e:
+    plan["note"] = f"{CORPUS_NOT_FOUND}: {e}"
+    return plan
+  plan["total_tokens"] = plan["epochs"] * plan["tokens_per_epoch"]
+  return plan
+
+
+def format_plan(name: str, workdir: epath.Path, plan: Sequence[dict]) -> str:
+  """The plan as an aligned text table and each row's command."""
+  headers = ("row", "kind", "epochs", "tokens/epoch", "total tokens", "params", "status",
+             "printed valid / test")
+  lines = [(p["name"], p["kind"], _count(p["epochs"]),
+            CORPUS_NOT_FOUND if p["note"].startswith(CORPUS_NOT_FOUND)
+            else _count(p["tokens_per_epoch"]),
+            _count(p["total_tokens"]), _count(p["params"]), p["status"], p["printed"])
+           for p in plan]
+  widths = [max(len(line[i]) for line in [headers, *lines]) for i in range(len(headers))]
+  text = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+          for line in [headers, *lines]]
+  notes = [f"  {p['name']}: {p['note']}" for p in plan if p["note"]]
+  return "\n".join([f"Table {name}: {get_table(name).title}; dry run in {workdir}", "",
+                    *text, "(epochs: at most; early stopping may end a row sooner)", "",
+                    "Commands:", *(f"  {p['name']}: {p['command']}" for p in plan),
+                    *(["", "Notes:", *notes] if notes else []), ""])
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _run_row(row: Row, workdir: epath.Path, config) -> None:
+  """Trains (or interpolates) one row into workdir/<row>."""
+  row_dir = workdir / row.name
+  if row.kind == TRAIN:
+    train.train_and_evaluate(config, row_dir)
+  elif row.kind == TAGGER:
+    tagger.train_tagger(config, row_dir)
+  else:
+    mixture = {split: ensemble.interpolate([workdir / m for m in row.members], split,
+                                           weights=list(row.weights)) for split in SPLITS}
+    row_dir.mkdir(parents=True, exist_ok=True)
+    (row_dir / INTERPOLATION_FILE).write_text(json.dumps(mixture, indent=1) + "\n")
+
+
+def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False) -> dict:
+  """`--mode=reproduce`: trains the table's rows not yet finished and writes its results.
+
+  Args:
+    table: a name of TABLES.
+    workdir: the table's directory (local or gs://); row R trains in workdir/R.
+    rows: the rows to run (default all); the rows they need are run too.
+    dry_run: train nothing: print the plan (stdout) and return it.
+
+  Returns:
+    {"table", "workdir", "plan": [per row: "name", "kind", "command", "epochs",
+     "tokens_per_epoch", "total_tokens", "params", "status", "note"]} with dry_run; else
+    {"table", "workdir", "files", "trained" (the rows run now), "rows": {name: status}}.
+
+  Raises:
+    ReproduceError: an unknown table or row, or a row directory holding another config's
+      run (nothing is trained then).
+  """
+  rows = rows.split(",") if isinstance(rows, str) else list(rows)
+  selected = select_rows(table, rows)
+  workdir = epath.Path(str(workdir))
+  configs = {row.name: row_config(row, workdir) for row in get_table(table).rows}
+  if dry_run:
+    cache = {}
+    plan = [plan_row(row, workdir, configs[row.name], cache) for row in selected]
+    print(format_plan(table, workdir, plan), flush=True)
+    return {"table": table, "workdir": str(workdir), "plan": plan}
+  check_workdir(table, workdir, configs)
+  command = ("python -m attnlm_jax.main --mode=reproduce "
+             f"--table={table} --workdir={_as_typed(workdir)}"
+             + (f" --rows={','.join(rows)}" if rows else ""))
+  trained, summary = [], None
+  for index, row in enumerate(selected, 1):
+    status = row_state(row, workdir)["status"]
+    if status == FINISHED:
+      logging.info("%s: row %s (%d of %d) finished, skipped", table, row.name, index,
+                   len(selected))
+      continue
+    logging.info("%s: row %s (%d of %d) %s", table, row.name, index, len(selected),
+                 "starting" if status == NOT_STARTED else f"resuming after {status}")
+    _run_row(row, workdir, configs[row.name])
+    trained.append(row.name)
+    # After every trained row, so that a long table shows its progress.
+    summary = write_results(table, workdir, configs, command)
+  summary = summary or write_results(table, workdir, configs, command)
+  return {"table": table, "workdir": str(workdir),
+          "files": [str(workdir / name) for name in (RESULTS_JSON, RESULTS_MD, CURVES_PNG)],
+          "trained": trained, "rows": {r["name"]: r["status"] for r in summary["rows"]}}

@@ -1,0 +1,300 @@
+"""The data-parallel training step and the evaluation steps.
+
+Training (`TrainStep`): SGD on the papers' loss, (summed token NLL) / (batch size), with the
+gradient clipped at global norm `grad_clip`. The global batch (`config.data.batch_size`) is
+cut into `config.train.grad_shards` equal shards (0: one per device), spread evenly over the
+devices. Each shard's forward and backward pass runs as one jitted program on its device
+(`shard_gradients`, the same program on every device and for every device count); then a
+`jax.pmap`ped update (`apply_gradients`, axis "batch") sums the shards' gradients pairwise on
+each device, averages them over the devices with `pmean`, and clips and applies them. Dropout
+masks are drawn per row from the row's index in the global batch. With a fixed number of
+shards, runs on 1, 2, 4, ... devices thus compute the same arithmetic in the same order and
+give bitwise the same parameters (docs/training.md).
+
+The parameters, the optimizer state, the step counter and the running sums of the training
+metrics stay on the devices (`TrainState`, donated to the update); the loop reads the sums once
+per log interval.
+
+Under the stream protocol (`config.data.span = "stream"`) each shard's rows carry their model
+state (`models.apply_window`) from one window to the next; the carried states live on the
+devices and are checkpointed as host arrays in global row order (`carries_to_host`).
+
+Evaluation (`Evaluator`): `eval_step` pmapped over the devices sums `losses.nll_sums` of
+each batch, carrying the window state under the stream protocol.
+"""
+
+import functools
+from typing import Any, NamedTuple, Optional
+
+import jax
+from jax.experimental import multihost_utils
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from attnlm_jax import losses
+from attnlm_jax import models
+from attnlm_jax import parallel
+
+AXIS = parallel.AXIS
+# Evaluation batches are padded in time to a multiple of this, to bound recompilations.
+EVAL_TIME_MULTIPLE = 16
+
+
+def make_optimizer(train_config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """SGD on the gradient clipped at global norm `grad_clip`; the lr is a state hyperparameter.
+
+  The learning rate lives in `opt_state.hyperparams["learning_rate"]` (optax
+  inject_hyperparams), so the update sets it per epoch and checkpoints carry it.
+  """
+  def sgd_with_clipping(learning_rate, grad_clip):
+    return optax.chain(optax.clip_by_global_norm(grad_clip), optax.sgd(learning_rate))
+  return optax.inject_hyperparams(sgd_with_clipping, static_args=("grad_clip",))(
+      learning_rate=train_config.learning_rate, grad_clip=train_config.grad_clip)
+
+
+def shard_gradients(params: dict, batch: dict, rng: jax.Array, step: jax.Array,
+                    first_row: jax.Array, carry: Optional[models.DecodeState], *,
+                    model_config: ml_collections.ConfigDict):
+  """Forward and backward pass of one batch shard on its device (jitted, not pmapped).
+
+  Args:
+    params, rng, step: the device's entries [1, ...] of the stacked parameters, dropout rng
+      and step number (`parallel.device_views`).
+    batch: the shard's rows, {"inputs", "targets", "lengths"[, "tags"]}.
+    first_row: the global batch index of the shard's first row (seeds its dropout masks).
+    carry: the rows' state from the previous window (stream protocol), else None.
+
+  Returns:
+    ((gradients of the shard's summed NLL / its rows, batch-norm updates,
+      {"nll", "tokens"} of the shard), each leaf with a leading axis of 1), the rows' state
+    after the window (None outside the stream protocol).
+  """
+  params, rng, step = jax.tree.map(lambda x: x[0], (params, rng, step))
+  num_rows = batch["lengths"].shape[0]
+  rows = first_row + jnp.arange(num_rows)
+  rng = jax.random.fold_in(rng, step)
+  weights = models.trainable(params)
+
+  def loss_fn(weights):
+    full = {**params, **weights}
+    kwargs = dict(train=True, rng=rng, tags=batch.get("tags"), rows=rows)
+    if carry is None:
+      logits, updates = models.apply(full, model_config, batch["inputs"], batch["lengths"],
+                                     mutable=True, **kwargs)
+      new_carry = None
+    else:
+      logits, new_carry, updates = models.apply_window(full, model_config, batch["inputs"],
+                                                       batch["lengths"], carry, **kwargs)
+    return losses.loss(logits, batch["targets"], batch["lengths"]), (updates, new_carry)
+
+  (loss, (updates, new_carry)), grads = jax.value_and_grad(loss_fn, has_aux=True)(weights)
+  metrics = {"nll": loss * num_rows, "tokens": jnp.sum(batch["lengths"])}
+  return jax.tree.map(lambda x: x[None], (grads, updates, metrics)), new_carry
+
+
+def pairwise_sum(xs: jax.Array) -> jax.Array:
+  """xs[0] + xs[1] + ... as a balanced tree of adjacent pairs, ((x0 + x1) + (x2 + x3)): the
+  order in which shards summed per device and then across devices (`pmean`) add up."""
+  while xs.shape[0] > 1:
+    pairs = xs.shape[0] // 2
+    xs = jnp.concatenate([xs[0:2 * pairs:2] + xs[1:2 * pairs:2], xs[2 * pairs:]])
+  return xs[0]
+
+
+class TrainState(NamedTuple):
+  """The training state on the devices, stacked [devices, ...] (`parallel.replicate`).
+
+  totals: running sums of the training metrics since the loop last read them
+    ({"nll", "tokens", "nonfinite": steps whose loss was not finite}).
+  step: the number of the next step.
+  """
+  params: dict
+  opt_state: Any
+  totals: dict
+  step: jax.Array
+
+
+def zero_totals() -> dict:
+  """The running sums of `TrainState.totals` at the start of a log interval."""
+  return {"nll": np.float32(0), "tokens": np.int32(0), "nonfinite": np.int32(0)}
+
+
+def apply_gradients(state: TrainState, learning_rate: jax.Array, shard_results: tuple, *,
+                    optimizer: optax.GradientTransformation) -> TrainState:
+  """The update of one step from the device's shards' `shard_gradients` (under pmap).
+
+  The mean over the shards (summed pairwise) and then over the devices (`pmean`) is the
+  gradient of the global batch's summed NLL / global batch size: the papers' loss.
+  """
+  shards = len(shard_results)
+  over_shards = lambda *leaves: pairwise_sum(jnp.stack(leaves))
+  grads, updates, metrics = (jax.tree.map(over_shards, *trees) for trees in zip(*shard_results))
+  grads, updates = jax.tree.map(lambda x: x / shards, (grads, updates))
+  grads = jax.lax.pmean(grads, AXIS)
+  weights = models.trainable(state.params)
+  opt_state = state.opt_state
+  opt_state.hyperparams["learning_rate"] = learning_rate
+  steps, opt_state = optimizer.update(grads, opt_state, weights)
+  params = {**state.params, **optax.apply_updates(weights, steps),
+            **jax.lax.pmean(updates, AXIS)}
+  metrics = jax.lax.psum(metrics, AXIS)
+  totals = {"nll": state.totals["nll"] + metrics["nll"],
+            "tokens": state.totals["tokens"] + metrics["tokens"],
+            "nonfinite": state.totals["nonfinite"] + ~jnp.isfinite(metrics["nll"])}
+  return TrainState(params, opt_state, totals, state.step + 1)
+
+
+class TrainStep:
+  """One data-parallel SGD step: `shard_gradients` of every shard on its device, then the
+  pmapped `apply_gradients`."""
+
+  def __init__(self, config: ml_collections.ConfigDict, devices: Optional[list] = None):
+    """Compiles (lazily) the step for `config`.
+
+    Args:
+      config: the run's config (model, data.batch_size, train.grad_shards, train.grad_clip).
+      devices: the local devices to use (default: all; a subset only in a single process).
+    """
+    self.devices = devices or jax.local_devices()
+    total = len(self.devices) * jax.process_count()
+    self.shards = max(1, config.train.grad_shards // total)
+    self.shard_rows = config.data.batch_size // (total * self.shards)
+    self.optimizer = make_optimizer(config.train)
+    self._gradients = jax.jit(functools.partial(shard_gradients, model_config=config.model))
+    self._apply = jax.pmap(functools.partial(apply_gradients, optimizer=self.optimizer),
+                           axis_name=AXIS, donate_argnums=(0,), devices=devices)
+
+  def initial_state(self, params: dict, opt_state: Any, step: int) -> TrainState:
+    """The stacked state from host parameters, optimizer state and step number."""
+    return TrainState(*parallel.replicate(
+        (params, opt_state, zero_totals(), np.int32(step + 1)), self.devices))
+
+  def place(self, batch: dict) -> list:
+    """This process's rows of a global batch cut into the shards of each local device and
+    sent there (asynchronously): [device][shard] -> batch dict."""
+    return [[jax.device_put({key: value[rows] for key, value in batch.items()}, device)
+             for rows in self._shard_rows(index)]
+            for index, device in enumerate(self.devices)]
+
+  def _shard_rows(self, device_index: int) -> list[slice]:
+    """The rows of each shard of local device `device_index` within this process's rows."""
+    first = device_index * self.shards * self.shard_rows
+    return [slice(first + s * self.shard_rows, first + (s + 1) * self.shard_rows)
+            for s in range(self.shards)]
+
+  def __call__(self, state: TrainState, placed: list, rng: jax.Array, learning_rate: jax.Array,
+               carries: Optional[list] = None) -> tuple[TrainState, Optional[list]]:
+    """One step on a `place`d batch; `rng` and `learning_rate` stacked; `carries` the rows'
+    states [device][shard] (stream protocol). Returns the new state and carries."""
+    results, new_carries = [], []
+    for index, shards in enumerate(placed):
+      params, step_rng, step = parallel.device_views((state.params, rng, state.step), index)
+      device_results = []
+      for s, batch in enumerate(shards):
+        first_row = (parallel.global_index(index) * self.shards + s) * self.shard_rows
+        carry = carries[index][s] if carries is not None else None
+        result, carry = self._gradients(params, batch, step_rng, step, np.int32(first_row),
+                                        carry)
+        device_results.append(result)
+        new_carries.append(carry)
+      results.append(tuple(device_results))
+    stacked = tuple(parallel.stack_views([device[s] for device in results], self.devices)
+                    for s in range(self.shards))
+    state = self._apply(state, learning_rate, stacked)
+    if carries is None:
+      return state, None
+    return state, [new_carries[i * self.shards:(i + 1) * self.shards]
+                   for i in range(len(self.devices))]
+
+  def carries_from_host(self, carry: models.DecodeState) -> list:
+    """The carried states of this process's rows, [device][shard], from the host state of
+    the whole global batch (`carries_to_host`)."""
+    first = jax.process_index() * len(self.devices) * self.shards * self.shard_rows
+    return [[jax.device_put(_rows(carry, slice(first + rows.start, first + rows.stop)), device)
+             for rows in self._shard_rows(index)]
+            for index, device in enumerate(self.devices)]
+
+  def carries_to_host(self, carries: list) -> models.DecodeState:
+    """The carried states of the whole global batch as host arrays, in global row order
+    (gathered from every process)."""
+    pieces = [jax.device_get(carry) for device in carries for carry in device]
+    local = jax.tree.map(lambda *xs: xs[0] if xs[0].ndim == 0 else np.concatenate(xs),
+                         *pieces)
+    if jax.process_count() == 1:
+      return local
+    return jax.tree.map(lambda x: x if x.ndim == 0 else np.asarray(
+        multihost_utils.process_allgather(x, tiled=True)), local)
+
+
+def _rows(tree, rows: slice):
+  """The rows of every batch-major leaf of a state (scalars, e.g. buffer counters, as is)."""
+  return jax.tree.map(lambda x: x if np.ndim(x) == 0 else x[rows], tree)
+
+
+def initial_carry(params: dict, model_config, batch_size: int) -> models.DecodeState:
+  """The host state of `batch_size` stream rows before the first window."""
+  return jax.device_get(models.init_stream_state(params, model_config, batch_size))
+
+
+def eval_step(params: dict, batch: dict, *, model_config: ml_collections.ConfigDict) -> dict:
+  """Summed `losses.nll_sums` of the global batch (run under pmap, axis "batch")."""
+  logits = models.apply(params, model_config, batch["inputs"], batch["lengths"],
+                        tags=batch.get("tags"))
+  sums = losses.nll_sums(logits, batch["inputs"], batch["targets"], batch["lengths"])
+  return jax.lax.psum(sums, AXIS)
+
+
+def eval_window_step(params: dict, batch: dict, carry: models.DecodeState, *,
+                     model_config: ml_collections.ConfigDict):
+  """`eval_step` of one stream window, from and to the rows' carried state (under pmap)."""
+  logits, carry, _ = models.apply_window(params, model_config, batch["inputs"],
+                                         batch["lengths"], carry, tags=batch.get("tags"))
+  sums = losses.nll_sums(logits, batch["inputs"], batch["targets"], batch["lengths"])
+  return jax.lax.psum(sums, AXIS), carry
+
+
+class Evaluator:
+  """Both perplexities of a split, with the evaluation steps pmapped over the local devices."""
+
+  def __init__(self, model_config: ml_collections.ConfigDict):
+    self._model_config = model_config
+    self._step = jax.pmap(functools.partial(eval_step, model_config=model_config),
+                          axis_name=AXIS)
+    self._window_step = jax.pmap(functools.partial(eval_window_step,
+                                                   model_config=model_config),
+                                 axis_name=AXIS)
+
+  def __call__(self, params: dict, data, split: str, batch_size: int) -> dict:
+    """Evaluates stacked `params` on `split` of `data` (an `LMData`) in batches of
+    `batch_size` rows (this process's rows of each).
+
+    Every token is predicted once: sentences are never truncated; under the stream protocol
+    the windows carry the state of `batch_size` streams. The steps are all dispatched before
+    the first sum is read, and the sums are added on the host in float64.
+
+    Returns:
+      {"perplexity", "perplexity_paper_convention", "nll", "tokens", "sentences"}.
+    """
+    shard = (jax.process_index(), jax.process_count())
+    batches = data.eval_batches(split, batch_size, *shard)
+    if data.is_stream:
+      host = parallel.first_replica(params)
+      rows = batch_size // jax.device_count()
+      carry = parallel.replicate(initial_carry(host, self._model_config, rows))
+      sums = []
+      for batch, _ in parallel.prefetch(((parallel.shard_batch(b), None) for b in batches),
+                                        parallel.put_sharded):
+        batch_sums, carry = self._window_step(params, batch, carry)
+        sums.append(batch_sums)
+    else:
+      sums = [self._step(params, batch) for batch, _ in parallel.prefetch(
+          ((parallel.shard_batch(b, EVAL_TIME_MULTIPLE), None) for b in batches),
+          parallel.put_sharded)]
+    totals = dict.fromkeys(losses.SUM_KEYS, 0.0)
+    for batch_sums in sums:
+      for key in totals:
+        totals[key] += float(parallel.first_replica(batch_sums[key]))
+    return {**losses.perplexities(totals), "nll": totals["nll"],
+            "tokens": int(totals["tokens"]), "sentences": int(totals["sentences"])}

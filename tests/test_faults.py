@@ -1,0 +1,183 @@
+"""Faults a new user meets, each answered with one line and nothing lost: relative paths in
+every mode, corrupted checkpoints, a diverging run, bad generate/score arguments."""
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import tiny_config
+
+# Two epochs of 50 steps; step checkpoints every 20 steps, so the run ends holding steps 80
+# and 100 (the latest two) and the best epoch's.
+EPOCHS = 2
+LAST_STEP = 100
+
+
+def _main(*args, cwd, check=True) -> subprocess.CompletedProcess:
+  result = subprocess.run([sys.executable, "-m", "attnlm_jax.main", *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+  if check:
+    assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def _config_flags(**overrides) -> list[str]:
+  """tiny_config's flags with the config file named from any directory."""
+  config, *rest = tiny_config.flags(**overrides)
+  return [config.replace("configs/", f"{tiny_config.REPO / 'configs'}/"), *rest]
+
+
+def _error_line(result: subprocess.CompletedProcess) -> str:
+  """The one `error: ` line that ends stderr (after any log lines), with no traceback."""
+  assert result.returncode == 1, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  errors = [line for line in lines if line.startswith("error: ")]
+  assert errors == lines[-1:] and "Traceback" not in result.stderr, result.stderr[-3000:]
+  return errors[0]
+
+
+def _snapshot(path) -> dict:
+  return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+          for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _json_lines(text: str) -> list[dict]:
+  return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A directory holding `runs/tiny`, trained there with a relative --workdir."""
+  cwd = tmp_path_factory.mktemp("user")
+  result = _main(*_config_flags(train__num_epochs=EPOCHS), "--workdir=runs/tiny", cwd=cwd)
+  summary = _json_lines(result.stdout)[-1]
+  assert summary["epochs"] == EPOCHS and summary["workdir"] == str(cwd / "runs" / "tiny")
+  return cwd
+
+
+@pytest.fixture
+def copy(trained, tmp_path):
+  """A copy of the trained directory that a test may damage: (cwd, workdir)."""
+  shutil.copytree(trained, tmp_path / "user")
+  return tmp_path / "user", tmp_path / "user" / "runs" / "tiny"
+
+
+def test_every_mode_takes_relative_paths(copy):
+  cwd, workdir = copy
+  (cwd / "sentences.txt").write_text("the keys to the cabinet are on the table\n")
+  evaluation = _json_lines(_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd).stdout)[-1]
+  assert evaluation["split"] == "valid"
+  _main("--mode=score", "--workdir=runs/tiny", "--input=sentences.txt",
+        "--output=scores/new/valid.jsonl", cwd=cwd)          # the missing directory is made
+  assert json.loads((cwd / "scores" / "new" / "valid.jsonl").read_text())["log_probs"]
+  generated = _main("--mode=generate", "--workdir=runs/tiny", "--prompt=the",
+                    "--num_tokens=5", cwd=cwd).stdout.split()
+  assert generated[0] == "the" and len(generated) == 6
+  mixture = _json_lines(_main("--mode=evaluate", "--workdirs=runs/tiny,runs/tiny",
+                              "--weights=0.5,0.5", cwd=cwd).stdout)[-1]
+  assert mixture["perplexity"] == pytest.approx(evaluation["perplexity"], rel=1e-5)
+  _main("--mode=analyze", "--workdir=analysis_out", "--workdirs=runs/tiny",
+        "--sentences=the keys to the cabinet are here", cwd=cwd)
+  assert (cwd / "analysis_out" / "analysis" / "attention.png").is_file()
+  assert not list(cwd.rglob("*.orbax-checkpoint-tmp*"))
+
+
+def _step_dir(workdir, step):
+  return workdir / "checkpoints" / str(step)
+
+
+def _truncate_largest_state_file(step_dir):
+  files = [p for p in (step_dir / "state").rglob("*") if p.is_file()]
+  largest = max(files, key=lambda p: p.stat().st_size)
+  largest.write_bytes(largest.read_bytes()[:largest.stat().st_size // 2])
+
+
+def _delete_metadata(step_dir):
+  for path in step_dir.rglob("_METADATA"):
+    path.unlink()
+
+
+def _delete_state(step_dir):
+  shutil.rmtree(step_dir / "state")
+
+
+CORRUPTIONS = [_truncate_largest_state_file, _delete_metadata, _delete_state]
+
+
+def test_resume_skips_an_unreadable_latest_checkpoint(copy):
+  """A crash mid-write: every kind of damage is one CheckpointError to the fallback, which
+  the evaluate test below checks kind by kind."""
+  cwd, workdir = copy
+  _truncate_largest_state_file(_step_dir(workdir, LAST_STEP))
+  result = _main(*_config_flags(train__num_epochs=EPOCHS + 1), "--workdir=runs/tiny", cwd=cwd)
+  warnings = [line for line in result.stderr.splitlines() if "trying the one before" in line]
+  assert len(warnings) == 1 and f"checkpoint {LAST_STEP}" in warnings[0], result.stderr[-3000:]
+  records = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  restarts = [r for r in records if r.get("event") == "start"]
+  assert restarts[-1]["step"] == 80                   # resumed from the checkpoint before
+  assert (workdir / "unreadable_checkpoints" / str(LAST_STEP)).is_dir()   # kept, set aside
+  assert _json_lines(result.stdout)[-1]["epochs"] == EPOCHS + 1
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda f: f.__name__.strip("_"))
+def test_evaluate_on_an_unreadable_checkpoint_is_one_line(copy, corrupt):
+  cwd, workdir = copy
+  best = json.loads(_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd).stdout
+                    .splitlines()[-1])["step"]
+  corrupt(_step_dir(workdir, best))
+  before = _snapshot(workdir)
+  line = _error_line(_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd, check=False))
+  assert f"checkpoint {best}" in line and "cannot be read" in line
+  assert _snapshot(workdir) == before
+
+
+def test_no_readable_checkpoint_is_one_line_and_keeps_the_files(copy):
+  cwd, workdir = copy
+  for step_dir in (workdir / "checkpoints").iterdir():
+    if step_dir.name.isdigit():
+      shutil.rmtree(step_dir / "state")
+  before = _snapshot(workdir)
+  line = _error_line(_main(*_config_flags(train__num_epochs=EPOCHS + 1),
+                               "--workdir=runs/tiny", cwd=cwd, check=False))
+  assert "no checkpoint" in line and "can be read" in line
+  assert _snapshot(workdir) == before
+
+
+def test_divergence_stops_in_one_line_and_a_smaller_lr_resumes(copy):
+  cwd, workdir = copy
+  checkpoints_before = _snapshot(workdir / "checkpoints")
+  line = _error_line(_main(*_config_flags(train__num_epochs=EPOCHS + 1,
+                                              train__learning_rate=200.0),
+                               "--workdir=runs/tiny", cwd=cwd, check=False))
+  assert "training diverged at step" in line and "learning rate 200" in line
+  assert f"last good checkpoint (step {LAST_STEP})" in line
+  assert "--config.train.learning_rate" in line
+  assert _snapshot(workdir / "checkpoints") == checkpoints_before
+  result = _main(*_config_flags(train__num_epochs=EPOCHS + 1, train__learning_rate=0.5),
+                 "--workdir=runs/tiny", cwd=cwd)
+  summary = _json_lines(result.stdout)[-1]
+  assert summary["epochs"] == EPOCHS + 1 and summary["valid_perplexity"] < 1e4
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--mode=generate", "--temperature=-1"), "--temperature"),
+    (("--mode=generate", "--num_tokens=-5"), "--num_tokens"),
+    (("--mode=generate", "--num_tokens=0"), "--num_tokens"),
+    (("--mode=score", "--input=empty.txt"), "has no sentence to score"),
+    (("--mode=score", "--input=missing.txt"), "not found"),
+])
+def test_bad_arguments_are_one_line(trained, flags, message):
+  (trained / "empty.txt").write_text("\n  \n")
+  line = _error_line(_main(*flags, "--workdir=runs/tiny", cwd=trained, check=False))
+  assert message in line
+
+
+def test_unknown_prompt_words_are_named(trained):
+  result = _main("--mode=generate", "--workdir=runs/tiny", "--prompt=the zyzzyva qwfp",
+                 "--num_tokens=3", cwd=trained)
+  assert "read as <unk>: zyzzyva qwfp" in result.stderr
+  assert result.stdout.split()[:3] == ["the", "zyzzyva", "qwfp"]

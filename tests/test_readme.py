@@ -1,0 +1,118 @@
+"""The README's quick start, run verbatim as a new user would: a copy of the repository, a
+virtualenv of its own, the commands parsed from README.md, relative paths from the root."""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+import tiny_config
+
+README = tiny_config.REPO / "README.md"
+# What a clone holds that the copy must not: local environments, runs and caches.
+NOT_IN_A_CLONE = (".git", ".venv", "workdirs", "runs", "__pycache__", "*.egg-info",
+                  ".pytest_cache")
+# The test suite's second command runs one small test file, not the suite again.
+QUICK_TEST_FILE = "tests/test_losses.py"
+TIMEOUT = 900
+
+
+def quick_start_commands(readme: str) -> list[str]:
+  """The shell lines of the first ```bash block under "## Quick start" (comments dropped)."""
+  section = readme.split("## Quick start", 1)[1]
+  block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+  return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _json_lines(text: str) -> list[dict]:
+  return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory):
+  """A copy of the repository and a virtualenv whose `pip` and `python` come first on PATH.
+
+  The virtualenv sees this environment's site-packages (a .pth file), so `pip install` finds
+  the dependencies already there and only installs the project, without a download.
+  """
+  root = tmp_path_factory.mktemp("quick_start")
+  clone = root / "attnlm_jax"
+  shutil.copytree(tiny_config.REPO, clone, ignore=shutil.ignore_patterns(*NOT_IN_A_CLONE))
+  venv = root / "venv"
+  subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+  child_purelib = subprocess.run(
+      [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+      check=True, capture_output=True, text=True).stdout.strip()
+  pathlib.Path(child_purelib, "parent_environment.pth").write_text(
+      "\n".join({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}) + "\n")
+  env = {key: value for key, value in os.environ.items()
+         if key not in ("ATTNLM_DATA_DIR", "PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS")}
+  env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv),
+             XDG_DATA_HOME=str(root / "xdg_data"), PIP_DISABLE_PIP_VERSION_CHECK="1")
+  return clone, env
+
+
+def _run(command: str, clone: pathlib.Path, env: dict) -> subprocess.CompletedProcess:
+  result = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+  assert result.returncode == 0, (f"`{command}` exited with {result.returncode}:\n"
+                                  f"{result.stderr[-3000:]}")
+  return result
+
+
+def test_the_readme_has_the_two_quick_start_commands():
+  commands = quick_start_commands(README.read_text())
+  assert len(commands) == 2
+  assert "--workdir=workdirs/demo" in commands[0]       # a relative workdir, as users type
+  assert commands[1].endswith("python -m pytest")
+
+
+def test_the_quick_start_trains_and_evaluates_the_demo(fresh_clone):
+  clone, env = fresh_clone
+  train_and_evaluate = quick_start_commands(README.read_text())[0]
+  result = _run(train_and_evaluate, clone, env)
+  summary, evaluation = _json_lines(result.stdout)[-2:]
+  workdir = clone / "workdirs" / "demo"
+  start = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
+  assert summary["valid_perplexity"] < start["unigram_valid_perplexity"] / 3
+  assert evaluation["split"] == "test" and evaluation["step"] == summary["best_step"]
+  assert evaluation["perplexity"] == pytest.approx(summary["test_perplexity"], rel=1e-6)
+  assert not list(workdir.rglob("*.orbax-checkpoint-tmp*"))   # every save completed
+  # The example output docs/training.md quotes is what the demo gives (to the run-to-run
+  # variation of float32 arithmetic between CPUs).
+  quoted = json.loads(re.search(r"(\{\"split\": \"test\".*?\})",
+                                (clone / "docs" / "training.md").read_text(), re.S).group(1))
+  assert evaluation["tokens"] == quoted["tokens"]
+  assert evaluation["perplexity"] == pytest.approx(quoted["perplexity"], rel=0.05)
+
+
+def test_the_quick_start_installs_the_test_extra_and_runs_pytest(fresh_clone):
+  clone, env = fresh_clone
+  install_and_test = quick_start_commands(README.read_text())[1]
+  result = _run(install_and_test, clone, {**env, "PYTEST_ADDOPTS": f"{QUICK_TEST_FILE} -n 0"})
+  assert re.search(r"\d+ passed", result.stdout), result.stdout[-2000:]
+
+
+def _numbers(value) -> set[str]:
+  """Every number in a results.json value, as the README quotes it (one decimal)."""
+  if isinstance(value, dict):
+    return set().union(*map(_numbers, value.values())) if value else set()
+  if isinstance(value, list):
+    return set().union(*map(_numbers, value)) if value else set()
+  if isinstance(value, (int, float)) and not isinstance(value, bool):
+    return {f"{value:.1f}"}
+  return set()
+
+
+def test_the_results_section_quotes_only_numbers_the_committed_runs_wrote():
+  section = README.read_text().split("## Reproduced results", 1)[1].split("\n## ", 1)[0]
+  written = set().union(*(_numbers(json.loads(path.read_text())) for path in
+                          tiny_config.REPO.glob("docs/results/*/results.json")))
+  quoted = set(re.findall(r"-?\d+\.\d\b", section))
+  assert quoted and quoted <= written, sorted(quoted - written)

@@ -1,0 +1,313 @@
+"""Tests of attnlm_jax.reproduce: the demo table trained, resumed, skipped and reported; the
+paper-scale plans; refused workdirs; the table definitions."""
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from attnlm_jax import analysis
+from attnlm_jax import checkpoints
+from attnlm_jax import logging_utils
+from attnlm_jax import reproduce
+from attnlm_jax import results
+from attnlm_jax import schedules
+from attnlm_jax import train
+
+SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1")
+
+
+class _Interrupted(Exception):
+  """Stands for a kill between two epochs."""
+
+
+def _must_not_run(*args, **kwargs):
+  raise AssertionError(f"nothing should be trained or evaluated here: {args} {kwargs}")
+
+
+def _records(path) -> list[dict]:
+  return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _digest(path) -> str:
+  return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _configs(name, workdir) -> dict:
+  return {row.name: reproduce.row_config(row, workdir) for row in reproduce.TABLES[name].rows}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+  """The demo table: `single` killed after its first epoch, then the whole table run.
+
+  Returns:
+    (workdir, the dry-run plan after the kill, the summary of the full run).
+  """
+  workdir = tmp_path_factory.mktemp("demo_table")
+  save, learning_rate = checkpoints.Checkpoints.save, schedules.learning_rate
+
+  def synchronous_save(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    self.wait()  # The checkpoint is on disk before the "kill".
+
+  def killed_before_epoch_2(epoch, *args):
+    if epoch == 2:
+      raise _Interrupted()
+    return learning_rate(epoch, *args)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(checkpoints.Checkpoints, "save", synchronous_save)
+    patch.setattr(schedules, "learning_rate", killed_before_epoch_2)
+    with pytest.raises(_Interrupted):
+      reproduce.run("demo", workdir, rows=["single"])
+  plan = reproduce.run("demo", str(workdir), dry_run=True)["plan"]
+  return workdir, plan, reproduce.run("demo", workdir)
+
+
+def test_an_interrupted_row_resumes_from_its_checkpoint(demo):
+  workdir, plan, summary = demo
+  assert [(p["name"], p["status"]) for p in plan] == [("none", "not started"),
+                                                      ("single", "epoch 1 of 2")]
+  assert summary["trained"] == ["none", "single"]
+  records = _records(workdir / "single" / logging_utils.METRICS_FILE)
+  starts = [r for r in records if r.get("event") == "start"]
+  first_epoch = next(r for r in records if r.get("epoch") == 1 and "valid_perplexity" in r)
+  assert [s["step"] for s in starts] == [0, first_epoch["step"]]   # resumed after epoch 1
+  assert [r["epoch"] for r in records if "valid_perplexity" in r] == [1, 2]
+  assert "final_test_perplexity" in records[-1]
+
+
+def test_run_writes_results_json_md_and_curves(demo):
+  workdir, _, summary = demo
+  assert summary["rows"] == {"none": "finished", "single": "finished"}
+  table = json.loads((workdir / reproduce.RESULTS_JSON).read_text())
+  assert table["table"] == "demo"
+  assert table["command"] == ("python -m attnlm_jax.main --mode=reproduce --table=demo "
+                              f"--workdir={workdir}")
+  markdown = (workdir / reproduce.RESULTS_MD).read_text().splitlines()
+  assert table["command"] in markdown[2]
+  for row in table["rows"]:
+    records = _records(workdir / row["name"] / logging_utils.METRICS_FILE)
+    final = records[-1]
+    assert row["status"] == "finished" and row["kind"] == "train"
+    assert row["config"] == f"configs/demo.py:score={row['name']}"
+    assert row["command"].startswith(f"python -m attnlm_jax.main {'--config=' + row['config']}")
+    assert row["params"] == records[0]["num_params"]
+    assert row["best_epoch"] == final["best_epoch"] and row["epochs_run"] == 2
+    assert row["valid_curve"] == [[r["epoch"], r["valid_perplexity"]] for r in records
+                                  if "valid_perplexity" in r]
+    line = next(line for line in markdown if line.startswith(f"| {row['name']} |"))
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert cells[2] == f"{row['params']:,}"
+    assert cells[3] == f"2 ({final['best_epoch']})"
+    for cell, key in zip(cells[4:8], results.RUN_KEYS):
+      assert row[key] == final[f"final_{key}"]
+      assert cell == f"{final[f'final_{key}']:.1f}"
+    assert row["paper"] is None and cells[8:] == ["-"] * 4
+  assert (workdir / reproduce.CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_rerun_trains_nothing(demo, monkeypatch):
+  workdir, _, _ = demo
+  metrics = [workdir / name / logging_utils.METRICS_FILE for name in ("none", "single")]
+  before = [_digest(path) for path in metrics]
+  monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  summary = reproduce.run("demo", workdir)
+  assert summary["trained"] == []
+  assert summary["rows"] == {"none": "finished", "single": "finished"}
+  assert [_digest(path) for path in metrics] == before
+
+
+def test_a_row_directory_of_another_config_is_refused(demo, tmp_path, monkeypatch):
+  (tmp_path / "none").mkdir()
+  shutil.copy(demo[0] / "single" / checkpoints.CONFIG_FILE, tmp_path / "none")
+  monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  with pytest.raises(reproduce.ReproduceError) as error:
+    reproduce.run("demo", tmp_path, rows=["none"])
+  message = str(error.value)
+  assert "\n" not in message
+  assert "model.score is single there, none here" in message
+  assert f"use another --workdir or remove {tmp_path / 'none'}" in message
+  assert sorted(p.name for p in tmp_path.rglob("*")) == ["config.json", "none"]
+
+
+def test_the_config_check_ignores_paths_cadence_and_model_fields_added_since(demo, tmp_path):
+  saved = json.loads((demo[0] / "none" / checkpoints.CONFIG_FILE).read_text())
+  saved["data"]["data_dir"] = "/elsewhere"
+  saved["train"]["log_every_steps"] = 7
+  del saved["model"]["unroll"]      # An older config.json: the field takes its default.
+  (tmp_path / "none").mkdir()
+  (tmp_path / "none" / checkpoints.CONFIG_FILE).write_text(json.dumps(saved))
+  reproduce.check_workdir("demo", tmp_path, _configs("demo", tmp_path))
+  saved["model"]["hidden_size"] = 32
+  (tmp_path / "none" / checkpoints.CONFIG_FILE).write_text(json.dumps(saved))
+  with pytest.raises(reproduce.ReproduceError, match="model.hidden_size is 32 there, 16 here"):
+    reproduce.check_workdir("demo", tmp_path, _configs("demo", tmp_path))
+
+
+def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp_path,
+                                                                 capsys, monkeypatch):
+  del shared_data  # The PTB files, read from the data root tests/conftest.py sets.
+  monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  plan = reproduce.run("salton_ptb", tmp_path / "table", dry_run=True)["plan"]
+  printed = capsys.readouterr().out
+  assert [p["name"] for p in plan] == list(SALTON_ROWS)
+  single = plan[SALTON_ROWS.index("single")]
+  assert 14.4e6 < single["params"] < 14.6e6       # the paper prints 14.5M
+  for row in plan:
+    assert row["epochs"] == 40 and row["status"] == "not started"
+    assert row["total_tokens"] == 40 * row["tokens_per_epoch"] > 800_000 * 40
+    assert f"{row['params']:,}" in printed and row["command"] in printed
+    assert f"--config=configs/ptb.py:score={row['name']}" in row["command"]
+  assert not (tmp_path / "table").exists()
+
+
+def test_dry_run_without_the_corpora_says_so_for_each_row(tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv("ATTNLM_DATA_DIR", str(tmp_path / "no_data"))
+  for name in ("salton_ptb", "das"):
+    plan = reproduce.run(name, tmp_path / name, dry_run=True)["plan"]
+    printed = capsys.readouterr().out
+    trained = [p for p in plan if p["kind"] != reproduce.INTERPOLATE]
+    assert all(p["note"].startswith("corpus not found") for p in trained)
+    assert all(p["tokens_per_epoch"] is None and p["epochs"] for p in trained)
+    assert printed.count("corpus not found") >= 2 * len(trained)   # table and notes
+  assert not list(tmp_path.iterdir())
+
+
+def test_rows_bring_the_rows_they_need(tmp_path):
+  names = lambda rows: [row.name for row in rows]
+  assert names(reproduce.select_rows("das", ["interpolated"])) == [
+      "tagger", "lstm", "das_lstmn_tags", "interpolated"]
+  assert names(reproduce.select_rows("das", ["lstm", "das"])) == ["lstm", "das"]
+  assert names(reproduce.select_rows("demo")) == ["none", "single"]
+  plan = reproduce.run("demo", tmp_path, rows=["single"], dry_run=True)["plan"]
+  assert [p["name"] for p in plan] == ["single"]
+  das = reproduce.TABLES["das"].rows
+  command = reproduce.row_command(das[5], tmp_path)
+  assert f"--config.data.tagger_dir={tmp_path / 'tagger'}" in command
+  assert reproduce.row_config(das[5], tmp_path).data.tagger_dir == str(tmp_path / "tagger")
+
+
+def test_commands_under_the_current_directory_are_printed_relative(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  command = reproduce.row_command(reproduce.TABLES["das"].rows[5], tmp_path / "runs" / "das")
+  assert command.endswith("--config.data.tagger_dir=runs/das/tagger "
+                          "--workdir=runs/das/das_lstmn_tags")
+
+
+def test_unknown_tables_and_rows_are_one_line_errors_listing_the_valid_ones():
+  with pytest.raises(reproduce.ReproduceError) as error:
+    reproduce.run("salton", "/tmp/unused")
+  assert str(error.value) == ("unknown table 'salton': choose --table from zaremba, "
+                              "salton_ptb, salton_wt2, das, ptb_cpu, demo")
+  with pytest.raises(reproduce.ReproduceError) as error:
+    reproduce.run("salton_ptb", "/tmp/unused", rows=["single", "bogus"], dry_run=True)
+  assert str(error.value) == ("unknown row bogus of table salton_ptb: choose --rows from "
+                              + ", ".join(SALTON_ROWS))
+
+
+def _synthetic_run(row_dir, final: dict) -> None:
+  """A finished run's metrics.jsonl (epoch 1 validated twice, as after a resume)."""
+  row_dir.mkdir()
+  records = [{"event": "start", "step": 0, "num_params": 14_500_000,
+              "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 3},
+                         "model": {"score": "single", "hidden_size": 650, "num_layers": 2}}},
+             {"step": 10, "epoch": 1, "valid_perplexity": 130.0},
+             {"step": 10, "epoch": 1, "valid_perplexity": 120.0},
+             {"step": 20, "epoch": 2, "valid_perplexity": 100.0},
+             {"step": 20, "best_epoch": 2, **final}]
+  (row_dir / logging_utils.METRICS_FILE).write_text(
+      "".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_differences_to_the_printed_numbers_follow_the_paper_rule(tmp_path, monkeypatch):
+  table = reproduce.Table("synthetic", (
+      reproduce.Row("single", "ptb.py:score=single", paper=("ptb", "Attentive LM, single score")),
+      reproduce.Row("medium", "ptb.py:score=none", paper=("ptb", "Medium regularized LSTM")),
+      reproduce.Row("average", "wikitext2.py:score=average",
+                    paper=("wikitext2", "Averaging RNN-LM")),
+  ))
+  monkeypatch.setitem(reproduce.TABLES, "synthetic", table)
+  monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  final = {"final_valid_perplexity": 90.5, "final_test_perplexity": 88.0,
+           "final_valid_perplexity_paper_convention": 75.0,
+           "final_test_perplexity_paper_convention": 72.5}
+  _synthetic_run(tmp_path / "single", final)
+  _synthetic_run(tmp_path / "medium", final)
+  reproduce.run("synthetic", tmp_path, rows=["single", "medium"])
+  rows = {r["name"]: r for r in json.loads((tmp_path / reproduce.RESULTS_JSON).read_text())["rows"]}
+  single = rows["single"]["differences"]       # released code's rule: 71.7 / 70.1
+  assert single["compared"] == "perplexity_paper_convention"
+  assert single["valid"]["difference"] == pytest.approx(75.0 - 71.7)
+  assert single["test"]["percent"] == pytest.approx(100 * (72.5 - 70.1) / 70.1)
+  medium = rows["medium"]["differences"]       # Zaremba et al., standard rule: 86.2 / 82.7
+  assert medium["compared"] == "perplexity"
+  assert medium["test"]["difference"] == pytest.approx(88.0 - 82.7)
+  assert rows["single"]["valid_curve"] == [[1, 120.0], [2, 100.0]]
+  assert rows["average"]["status"] == "not started" and rows["average"]["differences"] == {
+      "compared": "perplexity_paper_convention", "valid": None, "test": None}
+  markdown = (tmp_path / reproduce.RESULTS_MD).read_text()
+  assert ("| single | configs/ptb.py:score=single | 14,500,000 | 2 (2) | 90.5 | 88.0 | 75.0 | "
+          "72.5 | 71.7 / 70.1 | Salton, Ross & Kelleher 2017, released code's rule (first "
+          "word not predicted) | +3.3 (+4.6%) | +2.4 (+3.4%) |") in markdown
+  assert "| medium |" in markdown and "| +4.3 (+5.0%) | +5.3 (+6.4%) |" in markdown
+  assert ("| average | configs/wikitext2.py:score=average | - | not run | - | - | - | - | "
+          "74.6 / 71.3 |") in markdown
+
+
+def test_tables_are_well_formed():
+  for name, table in reproduce.TABLES.items():
+    names = [row.name for row in table.rows]
+    assert len(set(names)) == len(names), name
+    for index, row in enumerate(table.rows):
+      assert set(row.needs) <= set(names[:index]), (name, row.name)  # needed rows come first
+      if row.paper:
+        results.paper_result(*row.paper)
+      if row.kind == reproduce.INTERPOLATE:
+        assert len(row.members) == len(row.weights) >= 2 and sum(row.weights) == 1
+        continue
+      config = analysis.load_config(reproduce.configs_dir() / row.config)
+      for key in (*row.overrides, *row.row_dirs):
+        section, field = key.split(".")
+        assert field in config[section], (name, row.name, key)
+
+
+def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
+  conll = tmp_path / "conll"
+  conll.mkdir()
+  sentence = "the DT B-NP\ndog NN I-NP\nruns VBZ B-VP\nfast RB B-ADVP\n"
+  for split in ("train", "test"):
+    (conll / f"{split}.txt").write_text("\n".join([sentence] * 30))
+  demo_rows = reproduce.TABLES["demo"].rows
+
+  def table(tagger_units):
+    tagger = {"data.data_dir": str(conll), "data.treebank_dir": "", "model.embed_size": 8,
+              "model.suffix_size": 4, "model.hidden_size": tagger_units, "train.num_epochs": 1}
+    return reproduce.Table("mixed", (
+        *demo_rows, reproduce.Row("tagger", "tagger.py", tagger, kind=reproduce.TAGGER),
+        reproduce.Row("mixed", kind=reproduce.INTERPOLATE, members=("none", "single"),
+                      weights=(0.5, 0.5))))
+
+  monkeypatch.setitem(reproduce.TABLES, "mixed", table(8))
+  workdir = tmp_path / "table"
+  for row in demo_rows:                 # finished: only the new rows run
+    shutil.copytree(demo[0] / row.name, workdir / row.name)
+  summary = reproduce.run("mixed", workdir)
+  assert summary["trained"] == ["tagger", "mixed"]
+  rows = {r["name"]: r for r in json.loads((workdir / reproduce.RESULTS_JSON).read_text())["rows"]}
+  mixture = json.loads((workdir / "mixed" / reproduce.INTERPOLATION_FILE).read_text())
+  assert rows["mixed"]["status"] == "finished"
+  assert rows["mixed"]["test_perplexity"] == mixture["test"]["perplexity"]
+  assert rows["mixed"]["valid_perplexity"] < rows["single"]["valid_perplexity"]
+  assert rows["tagger"]["status"] == "finished" and rows["tagger"]["test_accuracy"] > 0
+  markdown = (workdir / reproduce.RESULTS_MD).read_text()
+  assert "| mixed | interpolation of none and single, weights 0.5, 0.5 | - | - |" in markdown
+  assert "- `tagger`: POS tagging accuracy" in markdown
+  monkeypatch.setattr(reproduce.tagger, "train_tagger", _must_not_run)
+  monkeypatch.setattr(reproduce.ensemble, "interpolate", _must_not_run)
+  assert reproduce.run("mixed", workdir)["trained"] == []
+  monkeypatch.setitem(reproduce.TABLES, "mixed", table(16))
+  with pytest.raises(reproduce.ReproduceError, match="model.hidden_size is 8 there, 16 here"):
+    reproduce.run("mixed", workdir)

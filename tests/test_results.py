@@ -1,0 +1,67 @@
+"""Tests of attnlm_jax.results: printed rows, differences to them, curves of runs."""
+
+import json
+
+import pytest
+
+from attnlm_jax import results
+
+
+def test_paper_results_are_found_by_corpus_and_model():
+  zaremba = results.paper_result("ptb", "Medium regularized LSTM")
+  assert (zaremba.paper, zaremba.valid, zaremba.test) == (results.ZAREMBA, 86.2, 82.7)
+  assert zaremba.convention == results.STANDARD_RULE
+  assert results.paper_result("wikitext2", "Averaging RNN-LM").test == 71.3
+  with pytest.raises(KeyError, match="no printed result"):
+    results.paper_result("wikitext2", "Medium regularized LSTM")
+  keys = [(p.corpus, p.model) for p in results.PAPER_RESULTS]
+  assert len(set(keys)) == len(keys)
+
+
+@pytest.mark.parametrize("convention, compared, valid", [
+    (results.RELEASED_CODE_RULE, "perplexity_paper_convention", 60.0),
+    (results.STANDARD_RULE, "perplexity", 80.0),
+    (results.NOT_STATED, "perplexity", 80.0),
+])
+def test_differences_compare_the_number_under_the_paper_rule(convention, compared, valid):
+  paper = results.PaperResult("p", "ptb", "m", "single", "-", 50.0, 40.0, convention)
+  run = {"valid_perplexity": 80.0, "valid_perplexity_paper_convention": 60.0,
+         "test_perplexity": None, "test_perplexity_paper_convention": None}
+  differences = results.paper_differences(run, paper)
+  assert differences["compared"] == compared
+  assert differences["valid"] == {"run": valid, "printed": 50.0, "difference": valid - 50.0,
+                                  "percent": pytest.approx(2 * (valid - 50.0))}
+  assert differences["test"] is None
+
+
+def test_read_run_keeps_the_last_validation_of_each_epoch(tmp_path):
+  records = [{"event": "start", "step": 0, "num_params": 10,
+              "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 4},
+                         "model": {"score": "none", "hidden_size": 8, "num_layers": 1}}},
+             {"step": 5, "epoch": 1, "valid_perplexity": 9.0},
+             {"event": "start", "step": 3, "num_params": 10,
+              "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 4},
+                         "model": {"score": "none", "hidden_size": 8, "num_layers": 1}}},
+             {"step": 5, "epoch": 1, "valid_perplexity": 8.0},
+             {"step": 9, "epoch": 2, "valid_perplexity": 7.0}]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  run = results.read_run(tmp_path)
+  assert run["valid_curve"] == [[1, 8.0], [2, 7.0]]
+  assert run["num_epochs"] == 4 and not run["finished"]
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (89.3, 172.0, [80, 90, 100, 120, 140, 160, 180]),
+    (58.0, 1000.0, [50, 100, 200, 300, 500, 1000]),
+    (70.1, 71.5, [70, 80]),
+    (100.0, 100.0, [100, 120]),
+])
+def test_log_ticks_bracket_the_data_with_round_values(low, high, expected):
+  assert results.log_ticks(low, high) == pytest.approx(expected)
+
+
+def test_plot_valid_curves_draws_runs_with_epochs(tmp_path):
+  results.plot_valid_curves({"a": [[1, 150.0], [2, 120.0]], "b": []}, tmp_path / "c.png", "t")
+  results.plot_valid_curves({"b": []}, tmp_path / "empty.png", "t")
+  for name in ("c.png", "empty.png"):
+    assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
