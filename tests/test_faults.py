@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from attnlm_jax import checkpoints
 import tiny_config
 
 # Two epochs of 50 steps; step checkpoints every 20 steps, so the run ends holding steps 80
@@ -126,8 +127,7 @@ def test_resume_skips_an_unreadable_latest_checkpoint(copy):
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda f: f.__name__.strip("_"))
 def test_evaluate_on_an_unreadable_checkpoint_is_one_line(copy, corrupt):
   cwd, workdir = copy
-  best = json.loads(_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd).stdout
-                    .splitlines()[-1])["step"]
+  best = checkpoints.Checkpoints(workdir, read_only=True).best_step()   # what evaluate reads
   corrupt(_step_dir(workdir, best))
   before = _snapshot(workdir)
   line = _error_line(_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd, check=False))
