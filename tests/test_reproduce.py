@@ -14,6 +14,7 @@ from attnlm_jax import reproduce
 from attnlm_jax import results
 from attnlm_jax import schedules
 from attnlm_jax import train
+import tiny_config
 
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1")
 
@@ -311,3 +312,26 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
   monkeypatch.setitem(reproduce.TABLES, "mixed", table(16))
   with pytest.raises(reproduce.ReproduceError, match="model.hidden_size is 8 there, 16 here"):
     reproduce.run("mixed", workdir)
+
+
+COMMITTED = tiny_config.REPO / "docs" / "results"
+
+
+@pytest.mark.parametrize("table", sorted(p.name for p in COMMITTED.iterdir() if p.is_dir()))
+def test_committed_pages_are_what_the_runner_writes_from_the_committed_logs(
+    table, tmp_path, monkeypatch):
+  """docs/results/<table>: rewritten from its rows' config.json and metrics.jsonl alone (no
+  corpus, no checkpoint), the runner gives the committed rows and Markdown table."""
+  committed = COMMITTED / table
+  shutil.copytree(committed, tmp_path / "runs" / table)
+  monkeypatch.chdir(tmp_path)
+  finished = [row.name for row in reproduce.TABLES[table].rows
+              if (committed / row.name / logging_utils.METRICS_FILE).exists()]
+  assert finished
+  reproduce.run(table, tmp_path / "runs" / table, rows=finished)
+  rewritten = tmp_path / "runs" / table
+  read = lambda d: json.loads((d / reproduce.RESULTS_JSON).read_text())["rows"]
+  assert read(rewritten) == read(committed)
+  table_lines = lambda d: [l for l in (d / reproduce.RESULTS_MD).read_text().splitlines()
+                           if l.startswith("|")]
+  assert table_lines(rewritten) == table_lines(committed)
