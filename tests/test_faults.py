@@ -32,12 +32,15 @@ def _config_flags(**overrides) -> list[str]:
   return [config.replace("configs/", f"{tiny_config.REPO / 'configs'}/"), *rest]
 
 
-def _error_line(result: subprocess.CompletedProcess) -> str:
-  """The one `error: ` line that ends stderr (after any log lines), with no traceback."""
+def _error_line(result: subprocess.CompletedProcess, after_training_logs=False) -> str:
+  """The one `error: ` line on stderr, with no traceback: the only line, or with
+  `after_training_logs` the last one, after a training run's log lines."""
   assert result.returncode == 1, result.stderr[-2000:]
   lines = result.stderr.strip().splitlines()
   errors = [line for line in lines if line.startswith("error: ")]
-  assert errors == lines[-1:] and "Traceback" not in result.stderr, result.stderr[-3000:]
+  expected = lines[-1:] if after_training_logs else lines
+  assert errors == expected and len(errors) == 1 and "Traceback" not in result.stderr, \
+      result.stderr[-3000:]
   return errors[0]
 
 
@@ -142,7 +145,8 @@ def test_no_readable_checkpoint_is_one_line_and_keeps_the_files(copy):
       shutil.rmtree(step_dir / "state")
   before = _snapshot(workdir)
   line = _error_line(_main(*_config_flags(train__num_epochs=EPOCHS + 1),
-                               "--workdir=runs/tiny", cwd=cwd, check=False))
+                           "--workdir=runs/tiny", cwd=cwd, check=False),
+                     after_training_logs=True)
   assert "no checkpoint" in line and "can be read" in line
   assert _snapshot(workdir) == before
 
@@ -152,7 +156,8 @@ def test_divergence_stops_in_one_line_and_a_smaller_lr_resumes(copy):
   checkpoints_before = _snapshot(workdir / "checkpoints")
   line = _error_line(_main(*_config_flags(train__num_epochs=EPOCHS + 1,
                                               train__learning_rate=200.0),
-                               "--workdir=runs/tiny", cwd=cwd, check=False))
+                           "--workdir=runs/tiny", cwd=cwd, check=False),
+                     after_training_logs=True)
   assert "training diverged at step" in line and "learning rate 200" in line
   assert f"last good checkpoint (step {LAST_STEP})" in line
   assert "--config.train.learning_rate" in line
