@@ -59,15 +59,17 @@ class _LibraryFilter(std_logging.Filter):
             and not any(text in message for text in self._expected))
 
 
-_previous_unraisablehook = sys.unraisablehook
+class _DropAbandonedReads:
+  """A sys.unraisablehook: drops "Event loop is closed" (see `quiet_libraries`) and passes
+  every other report on to the hook it replaced."""
 
+  def __init__(self, replaced_hook):
+    self._replaced_hook = replaced_hook
 
-def _drop_abandoned_reads(unraisable) -> None:
-  """sys.unraisablehook: drops "Event loop is closed" (see `quiet_libraries`), passes on the
-  rest."""
-  if not (isinstance(unraisable.exc_value, RuntimeError)
-          and str(unraisable.exc_value) == "Event loop is closed"):
-    _previous_unraisablehook(unraisable)
+  def __call__(self, unraisable) -> None:
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == "Event loop is closed"):
+      self._replaced_hook(unraisable)
 
 
 def quiet_libraries() -> None:
@@ -84,10 +86,8 @@ def quiet_libraries() -> None:
     for package, expected in _QUIETED.items():
       absl_logger.addFilter(_LibraryFilter(package, expected))
   std_logging.getLogger("jax").setLevel(std_logging.WARNING)
-  if sys.unraisablehook is not _drop_abandoned_reads:
-    global _previous_unraisablehook
-    _previous_unraisablehook = sys.unraisablehook
-    sys.unraisablehook = _drop_abandoned_reads
+  if not isinstance(sys.unraisablehook, _DropAbandonedReads):
+    sys.unraisablehook = _DropAbandonedReads(sys.unraisablehook)
 
 
 def progress_bar(description: str, total: int | None = None, unit: str = "it") -> tqdm.tqdm:

@@ -147,7 +147,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     TrainingDiverged: the loss stopped being finite or exploded (nothing bad was saved).
     checkpoints.CheckpointError: no checkpoint of the workdir can be read.
   """
-  started = time.monotonic()
   workdir = epath.Path(workdir)
   config, data, params = prepare(config, workdir)
   if jax.process_count() > 1:
@@ -189,8 +188,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
   num_batches = data.num_train_batches()
   first_carry = (steps.initial_carry(state["params"], config.model, config.data.batch_size)
                  if data.is_stream else None)
-  seconds_before = meta.get("train_seconds", 0.0) - (time.monotonic() - started)
-  train_seconds = lambda: seconds_before + time.monotonic() - started
+  seconds_before_this_session = meta.get("train_seconds", 0.0)
+  session_start = time.monotonic()
+
+  def train_seconds() -> float:
+    """Time spent training (after setup), summed over this session and the ones before."""
+    return seconds_before_this_session + time.monotonic() - session_start
 
   def save(epoch, epoch_done, iterator_state, batches_done, carries, valid_perplexity=None):
     saved = {"params": parallel.first_replica(p_state.params),

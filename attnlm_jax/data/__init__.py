@@ -15,3 +15,6 @@ from attnlm_jax.data.vocab import UNK
 from attnlm_jax.data.vocab import UNK_ID
 from attnlm_jax.data.vocab import Vocabulary
 from attnlm_jax.data.vocab import VocabularyError
+
+__all__ = ["CORPORA", "CorpusError", "EOS", "EOS_ID", "LMData", "PAD", "PAD_ID", "SPLITS",
+           "SplitText", "UNK", "UNK_ID", "Vocabulary", "VocabularyError", "load", "read_split"]
