@@ -10,7 +10,10 @@ features h'_t that the tied softmax reads (logits = h'_t E^T + b).
 
 The batch norm normalises each time step over the batch's valid rows in training (so a
 sentence's own later tokens never enter its statistics: the model stays strictly causal) and
-uses running statistics at evaluation.
+uses running statistics at evaluation, kept per position as in recurrent batch normalization
+(Cooijmans et al. 2017): the context of a sentence's first words and of its later words have
+very different statistics, and one set for all positions would normalise evaluation
+differently from training.
 """
 
 import dataclasses
@@ -44,39 +47,45 @@ def merge(params, h, context, *, compute_dtype=jnp.float32, **_):
   return jnp.tanh(pre), None
 
 
-def residual_bn(params, h, context, *, valid, stats, train, compute_dtype=jnp.float32):
+def residual_bn(params, h, context, *, valid, stats, train, positions,
+                compute_dtype=jnp.float32):
   """h'_t = h_t + beta * fc(bn(c_t)); returns the updated running statistics in training."""
-  normalized, new_stats = batch_norm(context, valid, stats, train)
+  normalized, new_stats = batch_norm(context, valid, stats, train, positions)
   normalized = normalized * params["bn_scale"] + params["bn_bias"]
   projected = nn.dot(normalized, params["fc_w"], compute_dtype) + params["fc_b"]
   return h + params["beta"] * projected, new_stats
 
 
-def batch_norm(x: jax.Array, valid: jax.Array, stats: dict, train: bool):
+def batch_norm(x: jax.Array, valid: jax.Array, stats: dict, train: bool,
+               positions: jax.Array):
   """Normalises x [B, T, H] per feature; returns (x_hat, new running stats or None).
 
+  positions [T]: the position in the sentence of each time step (0 for the first word).
   Training: mean and variance of each time step over the rows valid there (`valid` [B, T]);
-  the running statistics move towards their token-weighted averages. Evaluation: the
-  running statistics.
+  the running statistics of each position [P, H] move towards them. Evaluation: the running
+  statistics of each step's position (the last, P - 1, for positions past it).
   """
+  num_positions = stats["mean"].shape[0]
+  at = jnp.minimum(positions, num_positions - 1)
   if not train:
-    return (x - stats["mean"]) * jax.lax.rsqrt(stats["var"] + BN_EPSILON), None
+    return (x - stats["mean"][at]) * jax.lax.rsqrt(stats["var"][at] + BN_EPSILON), None
   weight = valid.astype(jnp.float32)[..., None]                          # [B, T, 1]
   count = jnp.sum(weight, axis=0)                                        # [T, 1]
   mean = jnp.sum(weight * x, axis=0) / jnp.maximum(count, 1.0)           # [T, H]
   var = jnp.sum(weight * jnp.square(x - mean), axis=0) / jnp.maximum(count, 1.0)
-  total = jnp.maximum(jnp.sum(count), 1.0)
-  new_stats = {
-      "mean": BN_MOMENTUM * stats["mean"] + (1 - BN_MOMENTUM) * jnp.sum(count * mean, 0) / total,
-      "var": BN_MOMENTUM * stats["var"] + (1 - BN_MOMENTUM) * jnp.sum(count * var, 0) / total,
-  }
+  # Only the positions the steps reach move (steps past the last position leave it alone).
+  moves = (count > 0) & (positions[:, None] < num_positions)             # [T, 1]
+  step_towards = lambda old, new: old.at[at].add(
+      jnp.where(moves, (1 - BN_MOMENTUM) * (new - old[at]), 0.0))
+  new_stats = {"mean": step_towards(stats["mean"], mean), "var": step_towards(stats["var"], var)}
   new_stats = jax.tree.map(jax.lax.stop_gradient, new_stats)
   return (x - mean) * jax.lax.rsqrt(var + BN_EPSILON), new_stats
 
 
 @dataclasses.dataclass(frozen=True)
 class Head:
-  """apply(params, h, context, *, valid, stats, train, compute_dtype) -> (h', new stats);
+  """apply(params, h, context, *, valid, stats, train, positions, compute_dtype) -> (h', new
+  stats), positions [T] the sentence position of each step;
   params: name -> (shape, initialiser) as in `scores.Score`; has_stats: keeps running stats."""
   apply: Callable
   params: dict
@@ -95,7 +104,8 @@ HEADS = {
 }
 
 
-def init_stats(hidden_size: int) -> dict:
-  """Running batch-norm statistics at the start: mean 0, variance 1."""
-  return {"mean": jnp.zeros((hidden_size,), jnp.float32),
-          "var": jnp.ones((hidden_size,), jnp.float32)}
+def init_stats(num_positions: int, hidden_size: int) -> dict:
+  """Running batch-norm statistics [num_positions, hidden_size] at the start: mean 0,
+  variance 1."""
+  return {"mean": jnp.zeros((num_positions, hidden_size), jnp.float32),
+          "var": jnp.ones((num_positions, hidden_size), jnp.float32)}

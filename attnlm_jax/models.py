@@ -149,7 +149,7 @@ def init(rng: jax.Array, config) -> dict:
   if head.params:
     params["head"] = _init_from_spec(rng_head, head.params, sizes, config.init_scale)
   if head.has_stats:
-    params[STATS] = heads.init_stats(hidden)
+    params[STATS] = heads.init_stats(config.max_len, hidden)
   return params
 
 
@@ -274,7 +274,8 @@ def _forward(params, config, tokens, lengths, state, *, train, rng, need_weights
   form = _parallel if parallel else _scan
   query, context, weights, state = form(params, config, score, embedded, lengths, drop,
                                         state, need_weights)
-  features, new_stats = _head(params, config, score, query, context, valid, train)
+  features, new_stats = _head(params, config, score, query, context, valid, train,
+                              positions=jnp.arange(num_steps))
   updates = {STATS: new_stats} if new_stats is not None else {}
   return _logits(params, config, features), weights, updates, state
 
@@ -470,11 +471,12 @@ def _scan(params, config, score, embedded, lengths, drop, state, need_weights: b
           None if state is None else carry)
 
 
-def _head(params, config, score, query, context, valid, train):
-  """h'_t from the output layer of the score (and new batch-norm statistics in training)."""
+def _head(params, config, score, query, context, valid, train, positions):
+  """h'_t from the output layer of the score (and new batch-norm statistics in training);
+  positions [T]: each step's position in its sentence."""
   head = heads.HEADS[score.head]
   return head.apply(params.get("head"), query, context, valid=valid, stats=params.get(STATS),
-                    train=train, compute_dtype=_compute_dtype(config))
+                    train=train, positions=positions, compute_dtype=_compute_dtype(config))
 
 
 def _logits(params, config, features):
@@ -534,6 +536,15 @@ def init_stream_state(params: dict, config, batch_size: int) -> DecodeState:
   return _initial_state(params, config, scores.get(config.score), batch_size, config.max_len)
 
 
+def _position(state: DecodeState) -> jax.Array:
+  """The sentence position of the token `step` reads next: the states its buffer has been
+  written so far (0 for a running mean, which keeps no count; only the batch-norm head, whose
+  score keeps a buffer, reads positions)."""
+  if isinstance(state.memory, memory_lib.Memory):
+    return state.memory.written
+  return jnp.zeros((), jnp.int32)
+
+
 def step(params: dict, config, state: DecodeState, token: jax.Array,
          tag: Optional[jax.Array] = None):
   """One token [B] (int32) in (and its POS tag [B] with `config.pos_tags`), next-token
@@ -542,9 +553,10 @@ def step(params: dict, config, state: DecodeState, token: jax.Array,
   embedded = _embed(params, config, token, tag)
   gates_x = _first_gates(params, embedded, _compute_dtype(config))
   valid = jnp.ones(token.shape, bool)
+  position = _position(state)
   state, (query, context, _) = _time_step(params, config, score, state,
                                           (embedded, gates_x, valid, None))
   expand = lambda x: None if x is None else x[:, None]
   features, _ = _head(params, config, score, expand(query), expand(context),
-                      valid[:, None], train=False)
+                      valid[:, None], train=False, positions=position[None])
   return _logits(params, config, features[:, 0]), state

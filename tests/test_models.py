@@ -141,11 +141,13 @@ def test_merge_and_residual_heads_match_numpy():
   np.testing.assert_allclose(merged, np.tanh(np.concatenate([h, c], -1)
                                              @ np.concatenate([p["w_h"], p["w_c"]]) + p["b"]),
                              atol=1e-5)
-  stats = {"mean": rng.normal(size=5), "var": rng.random(5) + 0.5}
+  stats = {"mean": rng.normal(size=(2, 5)), "var": rng.random((2, 5)) + 0.5}  # 2 positions
   valid = np.ones((2, 3), bool)
   out, new_stats = heads.residual_bn(p32, jnp.float32(h), jnp.float32(c), valid=valid,
-                                     stats=jax.tree.map(jnp.float32, stats), train=False)
-  bn = (c - stats["mean"]) / np.sqrt(stats["var"] + heads.BN_EPSILON)
+                                     stats=jax.tree.map(jnp.float32, stats), train=False,
+                                     positions=jnp.arange(3))
+  at = [0, 1, 1]                     # Step 2 is past the last position: it uses the last.
+  bn = (c - stats["mean"][at]) / np.sqrt(stats["var"][at] + heads.BN_EPSILON)
   want = h + p["beta"] * ((bn * p["bn_scale"] + p["bn_bias"]) @ p["fc_w"] + p["fc_b"])
   np.testing.assert_allclose(out, want, atol=1e-5)
   assert new_stats is None
@@ -154,12 +156,29 @@ def test_merge_and_residual_heads_match_numpy():
 def test_batch_norm_training_uses_each_steps_valid_rows():
   x = np.random.default_rng(5).normal(size=(4, 2, 3)).astype(np.float32)
   valid = np.array([[1, 1], [1, 1], [1, 0], [0, 0]], bool)
-  stats = heads.init_stats(3)
-  out, _ = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid), stats, train=True)
+  stats = heads.init_stats(2, 3)
+  out, _ = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid), stats, True, jnp.arange(2))
   for t in range(2):
     rows = x[valid[:, t], t]
     want = (rows - rows.mean(0)) / np.sqrt(rows.var(0) + heads.BN_EPSILON)
     np.testing.assert_allclose(np.asarray(out)[valid[:, t], t], want, atol=1e-5)
+
+
+def test_batch_norm_evaluation_with_each_positions_statistics_normalizes_as_training_did():
+  """Running statistics are kept per position: once they hold a batch's own per-step
+  statistics, evaluation normalises that batch exactly as training did (one set of
+  statistics for every position could not: the steps' statistics differ)."""
+  x = np.random.default_rng(8).normal(size=(5, 3, 4)).astype(np.float32)
+  x *= np.array([0.1, 1.0, 3.0], np.float32)[None, :, None]      # Each step its own scale.
+  valid = jnp.asarray(np.array([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 0, 0]], bool))
+  start = heads.init_stats(3, 4)
+  trained, moved = heads.batch_norm(jnp.asarray(x), valid, start, True, jnp.arange(3))
+  # moved = m * start + (1 - m) * the batch's statistics: solve for the batch's statistics.
+  own = jax.tree.map(lambda new, old: (new - heads.BN_MOMENTUM * old) / (1 - heads.BN_MOMENTUM),
+                     moved, start)
+  evaluated, _ = heads.batch_norm(jnp.asarray(x), valid, own, False, jnp.arange(3))
+  np.testing.assert_allclose(np.asarray(evaluated)[np.asarray(valid)],
+                             np.asarray(trained)[np.asarray(valid)], atol=2e-3)
 
 
 def test_average_context_is_mean_of_zero_slot_and_earlier_states():

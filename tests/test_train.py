@@ -145,6 +145,8 @@ def test_table_row_configs(score):
   assert (wt2.model.hidden_size, wt2.model.num_layers, wt2.model.dropout) == (1000, 2, 0.65)
   assert (wt2.train.lr_decay_after, wt2.train.lr_decay_divisor) == (14, 1.15)
   assert pathlib.Path(ptb.data.data_dir) == tiny_config.REPO.parent / "shared/data/ptb"
+  small = _load("ptb_small.py", f"score={score}")   # The ptb_cpu table: conv1x1 starts lower.
+  assert small.train.learning_rate == (0.5 if score == "conv1x1" else 1.0)
 
 
 def test_unknown_config_argument_is_rejected():
