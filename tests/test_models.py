@@ -165,20 +165,25 @@ def test_batch_norm_training_uses_each_steps_valid_rows():
 
 
 def test_batch_norm_evaluation_with_each_positions_statistics_normalizes_as_training_did():
-  """Running statistics are kept per position: once they hold a batch's own per-step
-  statistics, evaluation normalises that batch exactly as training did (one set of
-  statistics for every position could not: the steps' statistics differ)."""
+  """Running statistics are kept per position: each position's move towards its step's batch
+  statistics, and once they hold them, evaluation normalises the batch exactly as training
+  did (one set of statistics for every position could not: the steps' statistics differ)."""
   x = np.random.default_rng(8).normal(size=(5, 3, 4)).astype(np.float32)
   x *= np.array([0.1, 1.0, 3.0], np.float32)[None, :, None]      # Each step its own scale.
-  valid = jnp.asarray(np.array([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 0, 0]], bool))
+  valid = np.array([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 0, 0]], bool)
+  own = {"mean": np.stack([x[valid[:, t], t].mean(0) for t in range(3)]),
+         "var": np.stack([x[valid[:, t], t].var(0) for t in range(3)])}
   start = heads.init_stats(3, 4)
-  trained, moved = heads.batch_norm(jnp.asarray(x), valid, start, True, jnp.arange(3))
-  # moved = m * start + (1 - m) * the batch's statistics: solve for the batch's statistics.
-  own = jax.tree.map(lambda new, old: (new - heads.BN_MOMENTUM * old) / (1 - heads.BN_MOMENTUM),
-                     moved, start)
-  evaluated, _ = heads.batch_norm(jnp.asarray(x), valid, own, False, jnp.arange(3))
-  np.testing.assert_allclose(np.asarray(evaluated)[np.asarray(valid)],
-                             np.asarray(trained)[np.asarray(valid)], atol=2e-3)
+  trained, moved = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid), start, True,
+                                    jnp.arange(3))
+  for key in own:
+    np.testing.assert_allclose(
+        moved[key], heads.BN_MOMENTUM * start[key] + (1 - heads.BN_MOMENTUM) * own[key],
+        atol=1e-6)
+  evaluated, _ = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid),
+                                  jax.tree.map(jnp.asarray, own), False, jnp.arange(3))
+  np.testing.assert_allclose(np.asarray(evaluated)[valid], np.asarray(trained)[valid],
+                             atol=1e-5)
 
 
 def test_average_context_is_mean_of_zero_slot_and_earlier_states():
