@@ -18,7 +18,9 @@ This file is kept short; the logic lives in `train.py`, `evaluate.py` and `repro
 Local paths (flags and the config's directories) are made absolute once, here, so every mode
 works from any directory; `gs://` and other URLs are left as they are. Training, evaluation
 and the table runner end with one JSON object on stdout. Mistakes in the input (flags,
-config, data, workdir) end with one `error: ...` line and exit status 1.
+config, data, workdir) end with one `error: ...` line and exit status 1. SIGTERM or SIGINT
+during training (a preemption, Ctrl-C) saves the run and ends it with one `stopped by ...`
+line and status 143 or 130 (`preemption.py`); rerunning the same command resumes.
 """
 
 import json
@@ -37,6 +39,7 @@ from attnlm_jax import ensemble
 from attnlm_jax import errors
 from attnlm_jax import evaluate
 from attnlm_jax import logging_utils
+from attnlm_jax import preemption
 from attnlm_jax import reproduce
 from attnlm_jax import tagger
 from attnlm_jax import train
@@ -224,7 +227,8 @@ def run(mode: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-  """Runs --mode; user errors end the process with one line and status 1."""
+  """Runs --mode; user errors end the process with one line and status 1, a run stopped by a
+  signal with one line and 128 + the signal's number."""
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   logging_utils.quiet_libraries()
@@ -234,6 +238,9 @@ def main(argv: list[str]) -> None:
     run(FLAGS.mode)
   except errors.UserError as e:
     _fail(e)
+  except preemption.Stopped as e:  # Saved: one line, and the signal's conventional status.
+    print(e, file=sys.stderr)
+    sys.exit(e.exit_status)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ The run is deterministic for a seed (and, with `config.train.grad_shards` set, f
 count dividing it), and resumes from the latest readable checkpoint in `workdir` to the same
 result as an uninterrupted run (`checkpoints.py`). A run whose loss stops being finite, or
 grows past twice the loss of a uniform guess, is stopped (`TrainingDiverged`) before it
-saves anything, so the last checkpoint stays good.
+saves anything, so the last checkpoint stays good. SIGTERM or SIGINT (preemption, Ctrl-C)
+stop it after the step under way, with a checkpoint of that step (`preemption.py`:
+`preemption.Stopped`), and a second run on the same workdir is refused while the first holds
+its lock (`workdir_lock.py`).
 """
 
 import functools
@@ -40,9 +43,11 @@ from attnlm_jax import logging_utils
 from attnlm_jax import losses
 from attnlm_jax import models
 from attnlm_jax import parallel
+from attnlm_jax import preemption
 from attnlm_jax import schedules
 from attnlm_jax import steps
 from attnlm_jax import tagger
+from attnlm_jax import workdir_lock
 from attnlm_jax.errors import ConfigError
 
 
@@ -130,6 +135,25 @@ def _diverged(reason: str, step: int, lr: float, last_good) -> TrainingDiverged:
                           f"{reason}; {then}")
 
 
+def _lock_workdir(workdir: epath.Path) -> workdir_lock.WorkdirLock:
+  """The workdir's lock, taken by process 0; every process raises WorkdirBusy when another
+  run holds it (and, with several processes, waits until all have checked the workdir)."""
+  lock = workdir_lock.WorkdirLock(workdir, enabled=jax.process_index() == 0)
+  refusal = None
+  try:
+    lock.acquire()
+  except workdir_lock.WorkdirBusy as e:
+    refusal = e
+  if jax.process_count() > 1:
+    busy = multihost_utils.broadcast_one_to_all(np.int32(refusal is not None))
+    if busy and refusal is None:
+      refusal = workdir_lock.WorkdirBusy(f"process 0 found {workdir} in use by another "
+                                         "training run (its log names it)")
+  if refusal is not None:
+    raise refusal
+  return lock
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
   """Trains (or resumes) a model in `workdir` and evaluates its best parameters.
 
@@ -146,12 +170,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
   Raises:
     TrainingDiverged: the loss stopped being finite or exploded (nothing bad was saved).
     checkpoints.CheckpointError: no checkpoint of the workdir can be read.
+    workdir_lock.WorkdirBusy: another training run holds the workdir (nothing is written).
+    preemption.Stopped: SIGTERM or SIGINT stopped the run, after a checkpoint of the last
+      step taken (rerunning resumes from it).
   """
   workdir = epath.Path(workdir)
   config, data, params = prepare(config, workdir)
-  if jax.process_count() > 1:
-    # Every process has checked the workdir before process 0 writes into it.
-    multihost_utils.sync_global_devices("attnlm_jax: workdir checked")
+  with preemption.StopSignals() as stop, _lock_workdir(workdir):
+    return _train_and_evaluate(config, data, params, workdir, stop)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, data: data_lib.LMData,
+                        params: dict, workdir: epath.Path,
+                        stop: preemption.StopSignals) -> dict:
+  """`train_and_evaluate` once the workdir is checked and locked: trains from `params` (or
+  the latest checkpoint), stopping cleanly when `stop` says so."""
   is_writer = jax.process_index() == 0
   shard = (jax.process_index(), jax.process_count())
   tc = config.train
@@ -196,17 +229,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     return seconds_before_this_session + time.monotonic() - session_start
 
   def save(epoch, epoch_done, iterator_state, batches_done, carries, valid_perplexity=None):
+    nonlocal last_good
     saved = {"params": parallel.first_replica(p_state.params),
              "opt_state": parallel.first_replica(p_state.opt_state),
              "rng": state["rng"], "step": np.asarray(step, np.int64)}
     if data.is_stream:  # An epoch's end saves the state the next epoch starts from.
       saved["carry"] = (train_step.carries_to_host(carries) if carries is not None
                         else first_carry)
-    ckpt.save(step, saved,
-              {"epoch": epoch, "epoch_done": epoch_done, "iterator": iterator_state,
-               "batches_done": batches_done, "train_seconds": train_seconds(),
-               "early_stopping": stopping.to_dict()},
-              valid_perplexity)
+    saved_meta = {"epoch": epoch, "epoch_done": epoch_done, "iterator": iterator_state,
+                  "batches_done": batches_done, "train_seconds": train_seconds(),
+                  "early_stopping": stopping.to_dict()}
+    if not epoch_done:  # The epoch's training loss so far, for its record after a resume.
+      pending = parallel.first_replica(p_state.totals)
+      saved_meta["epoch_sums"] = {"nll": epoch_sums["nll"] + float(pending["nll"]),
+                                  "tokens": epoch_sums["tokens"] + int(pending["tokens"])}
+    ckpt.save(step, saved, saved_meta, valid_perplexity)
+    last_good = step
+
+  def stopped(epoch: int, batch: int) -> preemption.Stopped:
+    """The exception ending a run stopped by a signal (its checkpoint saved)."""
+    return preemption.Stopped(stop.received,
+                              preemption.stopped_message(stop.received, step, epoch, batch))
 
   first_epoch = meta["epoch"] + 1 if meta["epoch_done"] else meta["epoch"]
   epochs = meta["epoch"] if meta["epoch_done"] else meta["epoch"] - 1
@@ -228,6 +271,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
         carries = train_step.carries_from_host(state["carry"] if resuming else first_carry)
       progress = logging_utils.Progress(epoch, num_batches, done, enabled=is_writer)
       epoch_sums = {"nll": 0.0, "tokens": 0}
+      if resuming:  # Checkpoints written before the field existed lack it.
+        epoch_sums.update(meta.get("epoch_sums", {}))
 
       def read_totals(reset: bool) -> dict:
         """The training sums since the last reset (waits for the devices); raises
@@ -262,8 +307,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
         if ckpt.should_save(step) and done < num_batches:
           read_totals(reset=False)
           save(epoch, False, position, done, carries)
-          last_good = step
+        if stop.should_stop(step):
+          break
       progress.close()
+      if stop.received is not None and done < num_batches:
+        read_totals(reset=False)
+        if last_good != step:
+          save(epoch, False, position, done, carries)
+        raise stopped(epoch, done)
       read_totals(reset=True)
       valid = evaluator(p_state.params, data, "valid", config.data.eval_batch_size)
       if not math.isfinite(valid["perplexity"]):
@@ -273,17 +324,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
       epochs = epoch
       stopping = stopping.update(epoch, valid["perplexity"])
       save(epoch, True, None, num_batches, None, valid["perplexity"])
-      last_good = step
       train_loss = epoch_sums["nll"] / max(epoch_sums["tokens"], 1)
       writer.write_scalars(step, {
           "epoch": epoch, "learning_rate": lr, "epoch_train_loss": train_loss,
           "valid_perplexity": valid["perplexity"],
           "valid_perplexity_paper_convention": valid["perplexity_paper_convention"],
-          "best_epoch": stopping.best_epoch})
+          "best_epoch": stopping.best_epoch, "train_seconds": train_seconds()})
       logging.info("epoch %d: lr %.4g, train loss %.4f, valid perplexity %.2f (paper convention "
                    "%.2f), best epoch %d", epoch, lr, train_loss, valid["perplexity"],
                    valid["perplexity_paper_convention"], stopping.best_epoch)
-
+      if stop.received is not None:
+        raise stopped(epoch, num_batches)
+    if stop.received is not None:  # Before the final evaluation: every epoch is saved.
+      raise stopped(epochs, num_batches)
   except BaseException:
     ckpt.close()  # Finishes the saves under way, so the last good checkpoint is whole.
     raise

@@ -1,9 +1,11 @@
-"""Checkpoints: latest two + best kept, workdir checks, resuming after kill -9 or from a
-corrupted checkpoint."""
+"""Checkpoints: latest two + best kept, workdir checks, resuming after kill -9, SIGTERM or
+SIGINT to the same result, one run per workdir."""
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ from attnlm_jax import checkpoints
 from attnlm_jax import evaluate
 from attnlm_jax import models
 from attnlm_jax import train
+from attnlm_jax import workdir_lock
 from attnlm_jax.data import vocab as vocab_lib
 import tiny_config
 
@@ -103,30 +106,117 @@ def test_saved_config_from_before_a_model_field_existed_gets_its_default(tmp_pat
   models.validate(config.model)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+  """get(overrides) -> `_checkpointed_params` of an uninterrupted run (each trained once)."""
+  runs = {}
+
+  def get(overrides: dict):
+    key = json.dumps(overrides, sort_keys=True)
+    if key not in runs:
+      workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
+      _run(workdir, **overrides)
+      runs[key] = _checkpointed_params(workdir)
+    return runs[key]
+  return get
+
+
+def _start(workdir, **overrides) -> subprocess.Popen:
+  return subprocess.Popen(_command(workdir, **overrides), cwd=tiny_config.REPO, text=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _wait_for_step(workdir, step: int, process: subprocess.Popen) -> None:
+  """Returns once the run in `workdir` has logged `step` (fails if it ended first)."""
+  deadline = time.monotonic() + 120
+  while _last_step(workdir) < step and process.poll() is None:
+    assert time.monotonic() < deadline
+    time.sleep(0.01)
+  assert process.poll() is None, "training ended before it could be interrupted"
+
+
+def _assert_ends_like(uninterrupted_run, workdir) -> None:
+  """The checkpoints of `workdir` equal those of the uninterrupted run, bit for bit."""
+  resumed = _checkpointed_params(workdir)
+  without_time = lambda meta: {k: v for k, v in meta.items() if k != "train_seconds"}
+  assert uninterrupted_run[0] == resumed[0]
+  assert without_time(uninterrupted_run[3]) == without_time(resumed[3])
+  for a, b in zip(jax.tree.leaves(uninterrupted_run[1:3]), jax.tree.leaves(resumed[1:3])):
+    np.testing.assert_array_equal(a, b)
+
+
+def _starts(workdir) -> list[dict]:
+  return [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()
+          if '"event": "start"' in l]
+
+
 # Killed after a mid-epoch checkpoint of epoch 2 (the stream's carries the windows' state).
 @pytest.mark.parametrize("overrides, kill_after, steps", [({}, 65, 100), (STREAM, 85, 122)],
                          ids=["sentence", "stream"])
-def test_kill_9_then_rerun_ends_like_an_uninterrupted_run(tmp_path, overrides, kill_after,
-                                                          steps):
-  _run(tmp_path / "whole", **overrides)
+def test_kill_9_then_rerun_ends_like_an_uninterrupted_run(tmp_path, uninterrupted, overrides,
+                                                          kill_after, steps):
   interrupted = tmp_path / "interrupted"
-  process = subprocess.Popen(_command(interrupted, **overrides), cwd=tiny_config.REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  deadline = time.monotonic() + 120
-  while _last_step(interrupted) < kill_after and process.poll() is None:
-    assert time.monotonic() < deadline
-    time.sleep(0.01)
+  process = _start(interrupted, **overrides)
+  _wait_for_step(interrupted, kill_after, process)
   os.kill(process.pid, signal.SIGKILL)
   assert process.wait() == -signal.SIGKILL, "training ended before it could be killed"
   killed_at = _last_step(interrupted)
   assert kill_after <= killed_at < steps
-  _run(interrupted, **overrides)
-  starts = [json.loads(l) for l in (interrupted / "metrics.jsonl").read_text().splitlines()
-            if '"event": "start"' in l]
-  assert 0 < starts[-1]["step"] <= killed_at            # resumed from a checkpoint
-  whole = _checkpointed_params(tmp_path / "whole")
-  resumed = _checkpointed_params(interrupted)
-  without_time = lambda meta: {k: v for k, v in meta.items() if k != "train_seconds"}
-  assert whole[0] == resumed[0] and without_time(whole[3]) == without_time(resumed[3])
-  for a, b in zip(jax.tree.leaves(whole[1:3]), jax.tree.leaves(resumed[1:3])):
-    np.testing.assert_array_equal(a, b)
+  assert (interrupted / workdir_lock.LOCK_FILE).exists()     # left behind by the killed run
+  rerun = subprocess.run(_command(interrupted, **overrides), cwd=tiny_config.REPO,
+                         capture_output=True, text=True, timeout=120)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert "no longer exists" in rerun.stderr and f"pid {process.pid}" in rerun.stderr
+  assert 0 < _starts(interrupted)[-1]["step"] <= killed_at  # resumed from a checkpoint
+  _assert_ends_like(uninterrupted(overrides), interrupted)
+
+
+# SIGTERM (a preemption) and SIGINT (Ctrl-C) in the middle of epoch 2: the run saves the step
+# it is in (no step lost: the next run starts where it stopped), exits 128 + the signal with
+# one line, and the rerun ends bitwise like an uninterrupted run.
+@pytest.mark.parametrize("signal_number, overrides, signal_after, steps_per_epoch", [
+    (signal.SIGTERM, {}, 60, 50), (signal.SIGINT, STREAM, 70, 61)], ids=["SIGTERM", "SIGINT"])
+def test_signal_saves_the_step_and_the_rerun_ends_like_an_uninterrupted_run(
+    tmp_path, uninterrupted, signal_number, overrides, signal_after, steps_per_epoch):
+  workdir = tmp_path / "run"
+  process = _start(workdir, **overrides)
+  _wait_for_step(workdir, signal_after, process)
+  process.send_signal(signal_number)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 128 + signal_number, stderr[-3000:]
+  assert "Traceback" not in stderr
+  stopped = re.fullmatch(
+      rf"stopped by {signal_number.name} at step (\d+) \(epoch 2, batch (\d+)\): saved; "
+      "rerun the same command to resume", stderr.strip().splitlines()[-1])
+  assert stopped, stderr[-3000:]
+  step, batch = int(stopped[1]), int(stopped[2])
+  assert signal_after <= step < 2 * steps_per_epoch and batch == step - steps_per_epoch
+  ckpt = checkpoints.Checkpoints(epath.Path(workdir), read_only=True)
+  assert ckpt.latest_step() == step == _last_step(workdir)   # every step trained is saved
+  ckpt.close()
+  assert not (workdir / workdir_lock.LOCK_FILE).exists()
+  _run(workdir, **overrides)
+  assert _starts(workdir)[-1]["step"] == step
+  _assert_ends_like(uninterrupted(overrides), workdir)
+
+
+def test_a_second_run_on_the_workdir_is_refused_and_the_first_goes_on(tmp_path, uninterrupted):
+  workdir = tmp_path / "run"
+  first = _start(workdir)
+  _wait_for_step(workdir, 10, first)
+  first.send_signal(signal.SIGSTOP)  # Holds the first run (and its lock) while the second runs.
+  try:
+    files = {p: p.stat().st_mtime_ns for p in workdir.rglob("*") if p.is_file()}
+    second = subprocess.run(_command(workdir), cwd=tiny_config.REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert {p: p.stat().st_mtime_ns for p in workdir.rglob("*") if p.is_file()} == files
+  finally:
+    first.send_signal(signal.SIGCONT)
+  lines = second.stderr.strip().splitlines()
+  assert second.returncode == 1 and len(lines) == 1, second.stderr[-3000:]
+  assert re.fullmatch(rf"error: {re.escape(str(workdir))} is in use by the training run of pid {first.pid} on "
+                      rf"{re.escape(socket.gethostname())}, started .*: wait for it to end.*",
+                      lines[0]), lines[0]
+  assert first.wait(timeout=120) == 0, first.stderr.read()[-3000:]
+  assert len(_starts(workdir)) == 1
+  _assert_ends_like(uninterrupted({}), workdir)

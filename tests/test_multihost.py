@@ -7,8 +7,10 @@ devices: the same global batch over the same device count, so the parameters mus
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 from etils import epath
 import jax
@@ -74,6 +76,37 @@ def runs(tmp_path_factory):
   _run_all([(_command(two, f"--coordinator_address={address}", "--num_processes=2",
                       f"--process_id={i}"), 1) for i in range(2)] + [(_command(one), 2)])
   return two, one
+
+
+def test_sigterm_to_one_process_stops_both_at_the_same_saved_step(tmp_path):
+  """JAX's preemption service: the notice reaches every process, all save the same step."""
+  address = f"127.0.0.1:{portpicker.pick_unused_port()}"
+  # Two epochs of 50 steps, a metrics line every step.
+  commands = [[sys.executable, "-m", "attnlm_jax.main",
+               *tiny_config.flags(train__log_every_steps=1), f"--workdir={tmp_path}",
+               f"--coordinator_address={address}", "--num_processes=2", f"--process_id={i}"]
+              for i in range(2)]
+  processes = [subprocess.Popen(c, cwd=tiny_config.REPO, env=_env(1), text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+               for c in commands]
+  try:
+    logged = lambda: [json.loads(l)["step"] for l in
+                      (tmp_path / "metrics.jsonl").read_text().splitlines()[1:]]
+    deadline = time.monotonic() + TIMEOUT
+    while not ((tmp_path / "metrics.jsonl").exists() and len(logged()) >= 30):
+      assert time.monotonic() < deadline and all(p.poll() is None for p in processes)
+      time.sleep(0.01)
+    processes[1].send_signal(signal.SIGTERM)
+    lines = [p.communicate(timeout=TIMEOUT)[1].strip().splitlines()[-1] for p in processes]
+  finally:
+    for process in processes:
+      process.kill()
+  assert [p.returncode for p in processes] == [143, 143], lines
+  assert lines[0] == lines[1] and lines[0].startswith("stopped by SIGTERM at step "), lines
+  step = int(lines[0].split()[5])
+  ckpt = checkpoints.Checkpoints(epath.Path(tmp_path), read_only=True)
+  assert 30 <= step < 100 and ckpt.latest_step() == step
+  ckpt.close()
 
 
 def _metrics(workdir) -> list[dict]:
