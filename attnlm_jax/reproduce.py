@@ -14,8 +14,13 @@ config, and after each row it runs writes into `workdir`:
   validation perplexity of every epoch; the table and the command that reproduces it;
 - `results.md`: the same as one Markdown table;
 - `curves.png`: validation perplexity per epoch, one line per trained row.
-With `dry_run` it trains nothing and prints the plan: each row's command, epochs, training
-tokens, parameter count and status in `workdir`. docs/reproduce.md maps the rows to papers.
+A row that has started and not finished is shown running, with its epochs done, the best
+validation perplexity so far and the last epoch's training time. When SIGTERM or SIGINT stops
+the row in training (`preemption.Stopped`, after its checkpoint is saved), the results files
+are written with that row running and the exception goes on to the caller; rerunning the same
+command resumes the row. With `dry_run` it trains nothing and prints the plan: each row's
+command, epochs, training tokens, parameter count and status in `workdir`.
+docs/reproduce.md maps the rows to papers.
 """
 
 import dataclasses
@@ -39,6 +44,7 @@ from attnlm_jax import ensemble
 from attnlm_jax import errors
 from attnlm_jax import logging_utils
 from attnlm_jax import models
+from attnlm_jax import preemption
 from attnlm_jax import results
 from attnlm_jax import tagger
 from attnlm_jax import train
@@ -57,6 +63,7 @@ SPLITS = ("valid", "test")
 
 FINISHED = "finished"
 NOT_STARTED = "not started"
+RUNNING = "running"  # Started, not finished: a status "running: epoch k of n".
 CORPUS_NOT_FOUND = "corpus not found"
 
 # Config keys that may differ between a row and its saved config.json: where the files are,
@@ -319,15 +326,19 @@ def check_workdir(name: str, workdir: epath.Path, configs: Mapping[str, Any]) ->
 
 
 def _training_state(row_dir: epath.Path) -> dict:
-  """Status, parameter count, epochs and final perplexities of a training row."""
+  """Status, parameter count, epochs and final perplexities of a training row; a running
+  row's best epoch so far, with its "best_valid_perplexity" and "last_epoch_seconds"."""
   if not (row_dir / logging_utils.METRICS_FILE).exists():
     return {"status": NOT_STARTED}
   run = results.read_run(row_dir)
-  curve = run["valid_curve"]
-  last_epoch = curve[-1][0] if curve else 0
-  return {"status": FINISHED if run["finished"] else f"epoch {last_epoch} of {run['num_epochs']}",
-          "params": run["params"], "best_epoch": run["best_epoch"], "epochs_run": len(curve),
-          "valid_curve": curve, **{key: run[key] for key in results.RUN_KEYS}}
+  state = {"status": FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
+           "epochs_run": run["epochs_run"], "valid_curve": run["valid_curve"],
+           **{key: run[key] for key in results.RUN_KEYS}}
+  if not run["finished"]:
+    state.update(status=f"{RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
+                 best_valid_perplexity=run["best_valid_perplexity"],
+                 last_epoch_seconds=run["last_epoch_seconds"])
+  return state
 
 
 def _tagger_state(row_dir: epath.Path) -> dict:
@@ -354,7 +365,8 @@ _STATE_READERS = {TRAIN: _training_state, TAGGER: _tagger_state,
 
 
 def row_state(row: Row, workdir: epath.Path) -> dict:
-  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED or "epoch k of n", ...}."""
+  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED or "running: epoch k of n",
+  ...}."""
   return _STATE_READERS[row.kind](workdir / row.name)
 
 
@@ -390,23 +402,45 @@ def _difference_cell(difference: Optional[dict]) -> str:
   return f"{difference['difference']:+.1f} ({difference['percent']:+.1f}%)"
 
 
+def _is_running(record: dict) -> bool:
+  """True for a row that has started and not finished."""
+  return record["status"].startswith(RUNNING)
+
+
 def _markdown_cells(record: dict) -> list[str]:
-  """One results.md line of a row."""
+  """One results.md line of a row: a running row shows its epochs done of the most (and its
+  best epoch so far) and, as `valid`, its best validation perplexity so far."""
   number = results.format_number
+  perplexities = [number(record[key]) for key in results.RUN_KEYS]
   if record["status"] == NOT_STARTED:
     epochs = "not run"
-  elif record["status"] != FINISHED:
-    epochs = record["status"]
+  elif _is_running(record):
+    best = f" (best {record['best_epoch']})" if record["best_epoch"] else ""
+    epochs = f"{RUNNING}: {record['epochs_run']} of {_count(record['num_epochs'])}{best}"
+    if record["best_valid_perplexity"] is not None:
+      perplexities[0] = f"{number(record['best_valid_perplexity'])} (so far)"
   elif record["epochs_run"] is None:
     epochs = "-"
   else:
     epochs = f"{record['epochs_run']} ({record['best_epoch']})"
   paper, differences = record["paper"], record["differences"] or {}
-  return [record["name"], record["model"], _count(record["params"]), epochs,
-          *(number(record[key]) for key in results.RUN_KEYS),
+  return [record["name"], record["model"], _count(record["params"]), epochs, *perplexities,
           f"{number(paper['valid'])} / {number(paper['test'])}" if paper else "-",
           f"{paper['paper']}, {paper['convention']}" if paper else "-",
           _difference_cell(differences.get("valid")), _difference_cell(differences.get("test"))]
+
+
+def _running_note(record: dict) -> str:
+  """results.md's note on a running row: epochs done, best so far, last epoch's time."""
+  note = (f"- `{record['name']}` is still training: {record['epochs_run']} of "
+          f"{_count(record['num_epochs'])} epochs done")
+  if record["best_valid_perplexity"] is not None:
+    note += (f", best valid perplexity so far "
+             f"{results.format_number(record['best_valid_perplexity'])} "
+             f"(epoch {record['best_epoch']})")
+  if record["last_epoch_seconds"] is not None:
+    note += f", last epoch {record['last_epoch_seconds']:,.1f} s"
+  return note + "."
 
 
 def format_markdown(summary: dict) -> str:
@@ -418,6 +452,7 @@ def format_markdown(summary: dict) -> str:
       headers, [_markdown_cells(record) for record in summary["rows"]])
   notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
            "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
+  notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
   return "\n".join([
       f"# Table `{summary['table']}`: {summary['title']}", "",
       f"Reproduce with `{summary['command']}` (results of {summary['date']}).", "", table, "",
@@ -590,6 +625,8 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False) ->
   Raises:
     ReproduceError: an unknown table or row, or a row directory holding another config's
       run (nothing is trained then).
+    preemption.Stopped: SIGTERM or SIGINT stopped the row in training after saving it; the
+      results files are written first, with that row running (rerunning resumes it).
   """
   rows = rows.split(",") if isinstance(rows, str) else list(rows)
   selected = select_rows(table, rows)
@@ -612,8 +649,12 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False) ->
                    len(selected))
       continue
     logging.info("%s: row %s (%d of %d) %s", table, row.name, index, len(selected),
-                 "starting" if status == NOT_STARTED else f"resuming after {status}")
-    _run_row(row, workdir, configs[row.name])
+                 "starting" if status == NOT_STARTED else f"resuming ({status})")
+    try:
+      _run_row(row, workdir, configs[row.name])
+    except preemption.Stopped:
+      write_results(table, workdir, configs, command)  # The page shows the row running.
+      raise
     trained.append(row.name)
     # After every trained row, so that a long table shows its progress.
     summary = write_results(table, workdir, configs, command)

@@ -132,15 +132,30 @@ def model_key(model_config) -> str:
   return model_config["score"] + tags
 
 
+def _last_epoch_seconds(epoch_records: Sequence[dict]) -> Optional[float]:
+  """The training seconds of the last of these epoch records (one per epoch, in order) from
+  their cumulative `train_seconds`, or None (no epoch, or a log that does not record them)."""
+  seconds = [0.0, *(r.get("train_seconds") for r in epoch_records)][-2:]
+  if len(seconds) < 2 or None in seconds:
+    return None
+  return seconds[1] - seconds[0]
+
+
 def read_run(workdir) -> dict:
   """The record of a run from its `metrics.jsonl`.
 
   Returns:
     {"name" (the workdir's last component), "workdir", "corpus", "score" (`model_key`),
      "hidden_size", "num_layers", "params", "finished" (a final evaluation was written),
-     "best_epoch", the final RUN_KEYS (None until finished), "num_epochs" (the config's most
-     epochs, None when not recorded) and "valid_curve": [[epoch, valid perplexity], ...]
-     (the last record of each epoch: a resumed run may have validated one twice)}.
+     "best_epoch" (the final evaluation's; until finished, the epoch of the lowest
+     validation perplexity so far, None before the first epoch), the final RUN_KEYS (None
+     until finished), "num_epochs" (the config's most epochs, None when not recorded),
+     "valid_curve": [[epoch, valid perplexity], ...] (the last record of each epoch: a
+     resumed run may have validated one twice), "epochs_run" (epochs validated),
+     "best_valid_perplexity" (the lowest of the curve, standard rule; None before the first
+     epoch) and "last_epoch_seconds" (the training seconds of the last epoch validated: the
+     difference of its cumulative `train_seconds` and the epoch before's; None before the
+     first epoch or when the log does not record them)}.
   """
   workdir = epath.Path(str(workdir))
   path = workdir / logging_utils.METRICS_FILE
@@ -153,14 +168,18 @@ def read_run(workdir) -> dict:
   config = starts[-1]["config"]
   finals = [r for r in records if "final_test_perplexity" in r]
   final = finals[-1] if finals else {}
-  curve = {r["epoch"]: r["valid_perplexity"] for r in records if "valid_perplexity" in r}
+  epoch_records = {r["epoch"]: r for r in records if "valid_perplexity" in r}
+  curve = sorted([epoch, r["valid_perplexity"]] for epoch, r in epoch_records.items())
+  # The first epoch of the lowest perplexity, as early stopping picks it (strictly lower).
+  best = min(curve, key=lambda point: point[1], default=[None, None])
   return {"name": workdir.name, "workdir": str(workdir), "corpus": config["data"]["corpus"],
           "score": model_key(config["model"]), "hidden_size": config["model"]["hidden_size"],
           "num_layers": config["model"]["num_layers"], "params": starts[-1]["num_params"],
-          "finished": bool(final), "best_epoch": final.get("best_epoch"),
+          "finished": bool(final), "best_epoch": final.get("best_epoch") if final else best[0],
           **{key: final.get(f"final_{key}") for key in RUN_KEYS},
-          "num_epochs": config.get("train", {}).get("num_epochs"),
-          "valid_curve": sorted([epoch, value] for epoch, value in curve.items())}
+          "num_epochs": config.get("train", {}).get("num_epochs"), "valid_curve": curve,
+          "epochs_run": len(curve), "best_valid_perplexity": best[1],
+          "last_epoch_seconds": _last_epoch_seconds([epoch_records[e] for e, _ in curve])}
 
 
 def find_runs(root) -> list[epath.Path]:

@@ -339,6 +339,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, data: data_lib.LMData
       raise stopped(epochs, num_batches)
   except BaseException:
     ckpt.close()  # Finishes the saves under way, so the last good checkpoint is whole.
+    writer.close()  # A remote workdir gets the log records written so far.
     raise
   ckpt.wait()
   best = ckpt.best_step()

@@ -1,15 +1,19 @@
-"""Tests of attnlm_jax.reproduce: the demo table trained, resumed, skipped and reported; the
-paper-scale plans; refused workdirs; the table definitions."""
+"""Tests of attnlm_jax.reproduce: the demo table trained, stopped, resumed, skipped and
+reported; rows in progress shown running; the paper-scale plans; refused workdirs; the table
+definitions."""
 
 import hashlib
 import json
 import shutil
+import signal
+from typing import Optional
 
 import pytest
 
 from attnlm_jax import analysis
 from attnlm_jax import checkpoints
 from attnlm_jax import logging_utils
+from attnlm_jax import preemption
 from attnlm_jax import reproduce
 from attnlm_jax import results
 from attnlm_jax import schedules
@@ -17,10 +21,6 @@ from attnlm_jax import train
 import tiny_config
 
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1")
-
-
-class _Interrupted(Exception):
-  """Stands for a kill between two epochs."""
 
 
 def _must_not_run(*args, **kwargs):
@@ -41,36 +41,40 @@ def _configs(name, workdir) -> dict:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-  """The demo table: `single` killed after its first epoch, then the whole table run.
+  """The demo table: `single` stopped by SIGTERM after its first epoch, then the whole table
+  run.
 
   Returns:
-    (workdir, the dry-run plan after the kill, the summary of the full run).
+    (workdir, the dry-run plan after the stop, the summary of the full run, the results.json
+     rows and results.md the stop left).
   """
   workdir = tmp_path_factory.mktemp("demo_table")
   save, learning_rate = checkpoints.Checkpoints.save, schedules.learning_rate
 
   def synchronous_save(self, *args, **kwargs):
     save(self, *args, **kwargs)
-    self.wait()  # The checkpoint is on disk before the "kill".
+    self.wait()  # The checkpoint is on disk before the stop.
 
-  def killed_before_epoch_2(epoch, *args):
-    if epoch == 2:
-      raise _Interrupted()
+  def stopped_before_epoch_2(epoch, *args):
+    if epoch == 2:  # As a SIGTERM during epoch 1 stops it, once epoch 1 is saved.
+      raise preemption.Stopped(signal.SIGTERM, "stopped by SIGTERM")
     return learning_rate(epoch, *args)
 
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(checkpoints.Checkpoints, "save", synchronous_save)
-    patch.setattr(schedules, "learning_rate", killed_before_epoch_2)
-    with pytest.raises(_Interrupted):
+    patch.setattr(schedules, "learning_rate", stopped_before_epoch_2)
+    with pytest.raises(preemption.Stopped):
       reproduce.run("demo", workdir, rows=["single"])
+  stopped_page = (json.loads((workdir / reproduce.RESULTS_JSON).read_text())["rows"],
+                  (workdir / reproduce.RESULTS_MD).read_text())
   plan = reproduce.run("demo", str(workdir), dry_run=True)["plan"]
-  return workdir, plan, reproduce.run("demo", workdir)
+  return workdir, plan, reproduce.run("demo", workdir), stopped_page
 
 
-def test_an_interrupted_row_resumes_from_its_checkpoint(demo):
-  workdir, plan, summary = demo
+def test_a_stopped_row_is_shown_running_and_resumes_from_its_checkpoint(demo):
+  workdir, plan, summary, (stopped_rows, stopped_markdown) = demo
   assert [(p["name"], p["status"]) for p in plan] == [("none", "not started"),
-                                                      ("single", "epoch 1 of 2")]
+                                                      ("single", "running: epoch 1 of 2")]
   assert summary["trained"] == ["none", "single"]
   records = _records(workdir / "single" / logging_utils.METRICS_FILE)
   starts = [r for r in records if r.get("event") == "start"]
@@ -78,10 +82,24 @@ def test_an_interrupted_row_resumes_from_its_checkpoint(demo):
   assert [s["step"] for s in starts] == [0, first_epoch["step"]]   # resumed after epoch 1
   assert [r["epoch"] for r in records if "valid_perplexity" in r] == [1, 2]
   assert "final_test_perplexity" in records[-1]
+  # What the stop left: the page shows `single` running with its first epoch's figures.
+  single = next(row for row in stopped_rows if row["name"] == "single")
+  assert single["status"] == "running: epoch 1 of 2"
+  assert single["epochs_run"] == single["best_epoch"] == 1
+  assert single["best_valid_perplexity"] == first_epoch["valid_perplexity"]
+  assert single["last_epoch_seconds"] == first_epoch["train_seconds"] > 0
+  assert single["test_perplexity"] is None
+  assert [row["status"] for row in stopped_rows] == ["not started", single["status"]]
+  valid = f"{first_epoch['valid_perplexity']:.1f}"
+  assert (f"| running: 1 of 2 (best 1) | {valid} (so far) | - | - | - |"
+          in stopped_markdown)
+  assert (f"- `single` is still training: 1 of 2 epochs done, best valid perplexity so far "
+          f"{valid} (epoch 1), last epoch {first_epoch['train_seconds']:,.1f} s."
+          in stopped_markdown.splitlines())
 
 
 def test_run_writes_results_json_md_and_curves(demo):
-  workdir, _, summary = demo
+  workdir, _, summary, _ = demo
   assert summary["rows"] == {"none": "finished", "single": "finished"}
   table = json.loads((workdir / reproduce.RESULTS_JSON).read_text())
   assert table["table"] == "demo"
@@ -107,11 +125,13 @@ def test_run_writes_results_json_md_and_curves(demo):
       assert row[key] == final[f"final_{key}"]
       assert cell == f"{final[f'final_{key}']:.1f}"
     assert row["paper"] is None and cells[8:] == ["-"] * 4
+    assert "best_valid_perplexity" not in row and "(so far)" not in line
+  assert "still training" not in "\n".join(markdown)
   assert (workdir / reproduce.CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_rerun_trains_nothing(demo, monkeypatch):
-  workdir, _, _ = demo
+  workdir = demo[0]
   metrics = [workdir / name / logging_utils.METRICS_FILE for name in ("none", "single")]
   before = [_digest(path) for path in metrics]
   monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
@@ -209,21 +229,29 @@ def test_unknown_tables_and_rows_are_one_line_errors_listing_the_valid_ones():
                               + ", ".join(SALTON_ROWS))
 
 
-def _synthetic_run(row_dir, final: dict) -> None:
-  """A finished run's metrics.jsonl (epoch 1 validated twice, as after a resume)."""
+def _synthetic_run(row_dir, final: Optional[dict] = None, train_seconds: bool = True) -> None:
+  """A run's metrics.jsonl, finished when `final` is given: epoch 1 validated twice (as after
+  a resume) and epochs 2 (the best) and 3, each with its cumulative `train_seconds` unless
+  `train_seconds` is False (an older log)."""
   row_dir.mkdir()
+  epochs = [{"step": 10, "epoch": 1, "valid_perplexity": 130.0, "train_seconds": 50.0},
+            {"step": 10, "epoch": 1, "valid_perplexity": 120.0, "train_seconds": 55.0},
+            {"step": 20, "epoch": 2, "valid_perplexity": 100.0, "train_seconds": 115.0},
+            {"step": 30, "epoch": 3, "valid_perplexity": 105.0, "train_seconds": 180.5}]
+  if not train_seconds:
+    epochs = [{k: v for k, v in r.items() if k != "train_seconds"} for r in epochs]
   records = [{"event": "start", "step": 0, "num_params": 14_500_000,
-              "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 3},
+              "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 40},
                          "model": {"score": "single", "hidden_size": 650, "num_layers": 2}}},
-             {"step": 10, "epoch": 1, "valid_perplexity": 130.0},
-             {"step": 10, "epoch": 1, "valid_perplexity": 120.0},
-             {"step": 20, "epoch": 2, "valid_perplexity": 100.0},
-             {"step": 20, "best_epoch": 2, **final}]
+             *epochs, *([{"step": 20, "best_epoch": 2, **final}] if final else [])]
   (row_dir / logging_utils.METRICS_FILE).write_text(
       "".join(json.dumps(r) + "\n" for r in records))
 
 
-def test_differences_to_the_printed_numbers_follow_the_paper_rule(tmp_path, monkeypatch):
+@pytest.fixture
+def synthetic(monkeypatch):
+  """Table `synthetic` of three printed rows (Salton et al. on PTB and WikiText-2, Zaremba et
+  al.) in reproduce.TABLES, with training forbidden; returns its name."""
   table = reproduce.Table("synthetic", (
       reproduce.Row("single", "ptb.py:score=single", paper=("ptb", "Attentive LM, single score")),
       reproduce.Row("medium", "ptb.py:score=none", paper=("ptb", "Medium regularized LSTM")),
@@ -232,12 +260,16 @@ def test_differences_to_the_printed_numbers_follow_the_paper_rule(tmp_path, monk
   ))
   monkeypatch.setitem(reproduce.TABLES, "synthetic", table)
   monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  return "synthetic"
+
+
+def test_differences_to_the_printed_numbers_follow_the_paper_rule(synthetic, tmp_path):
   final = {"final_valid_perplexity": 90.5, "final_test_perplexity": 88.0,
            "final_valid_perplexity_paper_convention": 75.0,
            "final_test_perplexity_paper_convention": 72.5}
   _synthetic_run(tmp_path / "single", final)
   _synthetic_run(tmp_path / "medium", final)
-  reproduce.run("synthetic", tmp_path, rows=["single", "medium"])
+  reproduce.run(synthetic, tmp_path, rows=["single", "medium"])
   rows = {r["name"]: r for r in json.loads((tmp_path / reproduce.RESULTS_JSON).read_text())["rows"]}
   single = rows["single"]["differences"]       # released code's rule: 71.7 / 70.1
   assert single["compared"] == "perplexity_paper_convention"
@@ -246,16 +278,47 @@ def test_differences_to_the_printed_numbers_follow_the_paper_rule(tmp_path, monk
   medium = rows["medium"]["differences"]       # Zaremba et al., standard rule: 86.2 / 82.7
   assert medium["compared"] == "perplexity"
   assert medium["test"]["difference"] == pytest.approx(88.0 - 82.7)
-  assert rows["single"]["valid_curve"] == [[1, 120.0], [2, 100.0]]
+  assert rows["single"]["valid_curve"] == [[1, 120.0], [2, 100.0], [3, 105.0]]
   assert rows["average"]["status"] == "not started" and rows["average"]["differences"] == {
       "compared": "perplexity_paper_convention", "valid": None, "test": None}
   markdown = (tmp_path / reproduce.RESULTS_MD).read_text()
-  assert ("| single | configs/ptb.py:score=single | 14,500,000 | 2 (2) | 90.5 | 88.0 | 75.0 | "
+  assert ("| single | configs/ptb.py:score=single | 14,500,000 | 3 (2) | 90.5 | 88.0 | 75.0 | "
           "72.5 | 71.7 / 70.1 | Salton, Ross & Kelleher 2017, released code's rule (first "
           "word not predicted) | +3.3 (+4.6%) | +2.4 (+3.4%) |") in markdown
   assert "| medium |" in markdown and "| +4.3 (+5.0%) | +5.3 (+6.4%) |" in markdown
   assert ("| average | configs/wikitext2.py:score=average | - | not run | - | - | - | - | "
           "74.6 / 71.3 |") in markdown
+
+
+def test_a_row_stopped_by_a_signal_is_shown_running_and_the_stop_goes_on(synthetic, tmp_path,
+                                                                          monkeypatch):
+  def stopped(row, workdir, config):   # Epochs 1 to 3 saved, then SIGTERM.
+    del config
+    _synthetic_run(workdir / row.name)
+    raise preemption.Stopped(signal.SIGTERM, "stopped by SIGTERM")
+
+  monkeypatch.setattr(reproduce, "_run_row", stopped)
+  _synthetic_run(tmp_path / "medium", train_seconds=False)   # started before the field
+  with pytest.raises(preemption.Stopped):
+    reproduce.run(synthetic, tmp_path, rows=["single"])
+  rows = {r["name"]: r for r in json.loads((tmp_path / reproduce.RESULTS_JSON).read_text())["rows"]}
+  single, medium = rows["single"], rows["medium"]
+  assert single["status"] == medium["status"] == "running: epoch 3 of 40"
+  assert (single["epochs_run"], single["best_epoch"], single["best_valid_perplexity"]) == (
+      3, 2, 100.0)
+  assert single["last_epoch_seconds"] == pytest.approx(180.5 - 115.0)
+  assert medium["last_epoch_seconds"] is None
+  assert single["valid_curve"] == [[1, 120.0], [2, 100.0], [3, 105.0]]
+  assert single["valid_perplexity"] is None and single["differences"]["valid"] is None
+  assert not results.is_finished(tmp_path / "single")
+  assert rows["average"]["status"] == "not started"
+  markdown = (tmp_path / reproduce.RESULTS_MD).read_text().splitlines()
+  assert ("| single | configs/ptb.py:score=single | 14,500,000 | running: 3 of 40 (best 2) | "
+          "100.0 (so far) | - | - | - | 71.7 / 70.1 |") in "\n".join(markdown)
+  assert ("- `single` is still training: 3 of 40 epochs done, best valid perplexity so far "
+          "100.0 (epoch 2), last epoch 65.5 s.") in markdown
+  assert ("- `medium` is still training: 3 of 40 epochs done, best valid perplexity so far "
+          "100.0 (epoch 2).") in markdown
 
 
 def test_tables_are_well_formed():
@@ -321,15 +384,20 @@ COMMITTED = tiny_config.REPO / "docs" / "results"
 def test_committed_pages_are_what_the_runner_writes_from_the_committed_logs(
     table, tmp_path, monkeypatch):
   """docs/results/<table>: rewritten from its rows' config.json and metrics.jsonl alone (no
-  corpus, no checkpoint), the runner gives the committed rows and Markdown table."""
+  corpus, no checkpoint), the runner gives the committed rows (finished or still training)
+  and Markdown table."""
   committed = COMMITTED / table
-  shutil.copytree(committed, tmp_path / "runs" / table)
-  monkeypatch.chdir(tmp_path)
-  finished = [row.name for row in reproduce.TABLES[table].rows
-              if (committed / row.name / logging_utils.METRICS_FILE).exists()]
-  assert finished
-  reproduce.run(table, tmp_path / "runs" / table, rows=finished)
   rewritten = tmp_path / "runs" / table
+  shutil.copytree(committed, rewritten)
+  monkeypatch.chdir(tmp_path)
+  assert any((committed / row.name / logging_utils.METRICS_FILE).exists()
+             for row in reproduce.TABLES[table].rows)
+  # Rows still training are not resumed here (no corpus, no checkpoint): the page is written
+  # as the runner writes it after every row.
+  configs = {row.name: reproduce.row_config(row, rewritten)
+             for row in reproduce.TABLES[table].rows}
+  command = json.loads((committed / reproduce.RESULTS_JSON).read_text())["command"]
+  reproduce.write_results(table, rewritten, configs, command)
   read = lambda d: json.loads((d / reproduce.RESULTS_JSON).read_text())["rows"]
   assert read(rewritten) == read(committed)
   table_lines = lambda d: [l for l in (d / reproduce.RESULTS_MD).read_text().splitlines()
