@@ -13,6 +13,10 @@
     python -m attnlm_jax.main --mode=analyze --workdir=OUT --workdirs=DIR1,DIR2 \
         --sentences="the keys to the cabinet are here"
     python -m attnlm_jax.main --mode=reproduce --table=zaremba --workdir=DIR [--rows=small]
+    python -m attnlm_jax.main --mode=evaluate --workdir=DIR --split=test --cache=2000
+    python -m attnlm_jax.main --mode=evaluate --workdir=DIR --split=test --dynamic=rms
+    python -m attnlm_jax.main --mode=rescore --workdir=DIR --input=NBEST --references=REF
+    python -m attnlm_jax.main --mode=testtime --table=ptb_cpu --workdir=runs/ptb_cpu
 
 This file is kept short; the logic lives in `train.py`, `evaluate.py` and `reproduce.py`.
 Local paths (flags and the config's directories) are made absolute once, here, so every mode
@@ -33,15 +37,19 @@ from etils import epath
 from ml_collections import config_flags
 
 from attnlm_jax import analysis
+from attnlm_jax import cache
 from attnlm_jax import data as data_lib
 from attnlm_jax import distributed
+from attnlm_jax import dynamic_eval
 from attnlm_jax import ensemble
 from attnlm_jax import errors
 from attnlm_jax import evaluate
 from attnlm_jax import logging_utils
 from attnlm_jax import preemption
 from attnlm_jax import reproduce
+from attnlm_jax import rescoring
 from attnlm_jax import tagger
+from attnlm_jax import testtime
 from attnlm_jax import train
 
 config_flags.DEFINE_config_file(
@@ -50,13 +58,16 @@ config_flags.DEFINE_config_file(
 flags.DEFINE_string("workdir", None, "Directory of checkpoints and logs (local or gs://).")
 flags.DEFINE_enum("mode", "train",
                   ["train", "evaluate", "score", "generate", "analyze", "train_tagger",
-                   "reproduce"],
+                   "reproduce", "rescore", "testtime"],
                   "What to do (train_tagger: the POS tagger of configs/tagger.py; reproduce: "
-                  "train and report a paper's table, see --table).")
+                  "train and report a paper's table, see --table; rescore: re-rank n-best "
+                  "lists; testtime: the cache and dynamic-evaluation page of a table, "
+                  "docs/testtime.md).")
 flags.DEFINE_enum("split", "valid", ["train", "valid", "test"], "Split to evaluate.")
-flags.DEFINE_string("input", None, "score: text file, one sentence per line.")
-flags.DEFINE_string("output", None, "score: JSON-lines output file (default: stdout; its "
-                    "directory is created).")
+flags.DEFINE_string("input", None, "score: text file, one sentence per line; rescore: the "
+                    "n-best file.")
+flags.DEFINE_string("output", None, "score, rescore: JSON-lines output file (default: stdout; "
+                    "its directory is created).")
 flags.DEFINE_string("prompt", "", "generate: words to continue.")
 flags.DEFINE_integer("num_tokens", 50, "generate: number of words to sample (at least 1).",
                      lower_bound=1)
@@ -74,10 +85,31 @@ flags.DEFINE_list("probes", [], "analyze: agreement probe files, JSON lines (def
                   "embedded corpus's set).")
 flags.DEFINE_string("table", None, "reproduce: the table to reproduce (zaremba, salton_ptb, "
                     "salton_wt2, das, ptb_cpu, demo; docs/reproduce.md); its rows train in "
-                    "WORKDIR/<row>.")
-flags.DEFINE_list("rows", [], "reproduce: only these rows of --table (default: all).")
+                    "WORKDIR/<row>; testtime: the table whose rows to evaluate.")
+flags.DEFINE_list("rows", [], "reproduce, testtime: only these rows of --table (default: "
+                  "all).")
 flags.DEFINE_bool("dry_run", False, "reproduce: print the plan (rows, configs, estimated "
                   "tokens) and train nothing.")
+flags.DEFINE_integer("cache", 0, "evaluate: add a neural cache of this many (hidden state, "
+                     "next word) pairs (0: none); testtime: the cache size (0: 2000).",
+                     lower_bound=0)
+flags.DEFINE_float("cache_theta", None, "evaluate --cache: theta (default: chosen on valid).")
+flags.DEFINE_float("cache_lambda", None, "evaluate --cache: lambda (default: chosen on "
+                   "valid).")
+flags.DEFINE_enum("dynamic", None, dynamic_eval.METHODS, "evaluate: dynamic evaluation with "
+                  "this update rule.")
+flags.DEFINE_float("dynamic_lr", None, "evaluate --dynamic: learning rate (default: chosen on "
+                   "valid).")
+flags.DEFINE_float("dynamic_decay", None, "evaluate --dynamic: decay towards the trained "
+                   "parameters (default: chosen on valid).")
+flags.DEFINE_integer("dynamic_window", 1, "evaluate --dynamic, testtime: sentences (or "
+                     "document spans) per window of dynamic evaluation; stream-protocol "
+                     "windows are max_len tokens.", lower_bound=1)
+flags.DEFINE_string("references", None, "rescore: reference file, 'utterance-id<TAB>text' "
+                    "per line; prints the word error rate before and after.")
+flags.DEFINE_string("lm_weight", "1.0", "rescore: weight of log p_LM, or 'auto' (the weight "
+                    "with the lowest word error rate on --references).")
+flags.DEFINE_float("word_penalty", 0.0, "rescore: weight of each hypothesis's word count.")
 flags.DEFINE_string("coordinator_address", None, "Multi-process runs started by hand: "
                     "HOST:PORT of process 0, with --num_processes and --process_id (on Cloud "
                     "TPU, Slurm or Open MPI leave the three unset: they are detected).")
@@ -91,7 +123,7 @@ flags.register_multi_flags_validator(
 FLAGS = flags.FLAGS
 
 # Flags and config fields that hold local paths (made absolute at the start).
-PATH_FLAGS = ("workdir", "input", "output")
+PATH_FLAGS = ("workdir", "input", "output", "references")
 PATH_LIST_FLAGS = ("workdirs", "probes")
 CONFIG_PATHS = ("data_dir", "cache_dir", "tagger_dir", "treebank_dir")
 
@@ -188,10 +220,19 @@ def _generate(model) -> None:
 def run(mode: str) -> None:
   """Runs one mode with the parsed flags."""
   config = _config()
+  if mode in ("reproduce", "testtime") and not FLAGS.table:
+    raise errors.UserError(f"--mode={mode} needs --table=NAME (docs/reproduce.md lists the "
+                           "tables)")
+  if mode == "testtime":
+    print(json.dumps(testtime.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
+                                  cache_size=FLAGS.cache or testtime.CACHE_SIZE,
+                                  dynamic_window=FLAGS.dynamic_window)))
+    return
+  if mode == "rescore":
+    print(json.dumps(rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
+                                   FLAGS.lm_weight, FLAGS.word_penalty, config)))
+    return
   if mode == "reproduce":
-    if not FLAGS.table:
-      raise errors.UserError("--mode=reproduce needs --table=NAME (docs/reproduce.md lists "
-                             "the tables)")
     print(json.dumps(reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
                                    dry_run=FLAGS.dry_run)))
     return
@@ -211,14 +252,25 @@ def run(mode: str) -> None:
                            probe_files=FLAGS.probes)
     print(json.dumps(summary))
     return
+  if mode == "evaluate" and FLAGS.cache and FLAGS.dynamic:
+    raise errors.UserError("--cache and --dynamic are two methods: give one of them")
   if mode == "evaluate" and FLAGS.workdirs:
+    if FLAGS.cache or FLAGS.dynamic:
+      raise errors.UserError("--cache and --dynamic evaluate one --workdir, not --workdirs")
     if config is not None:
       raise errors.UserError("--config cannot be combined with --workdirs: each run is "
                              "evaluated with the config.json of its workdir")
     print(json.dumps(ensemble.interpolate(FLAGS.workdirs, FLAGS.split, FLAGS.weights or None)))
     return
   model = evaluate.load(FLAGS.workdir, config)
-  if mode == "evaluate":
+  if mode == "evaluate" and FLAGS.cache:
+    print(json.dumps(cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
+                                          FLAGS.cache_lambda)))
+  elif mode == "evaluate" and FLAGS.dynamic:
+    print(json.dumps(dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic,
+                                                 FLAGS.dynamic_lr, FLAGS.dynamic_decay,
+                                                 FLAGS.dynamic_window)))
+  elif mode == "evaluate":
     print(json.dumps(evaluate.evaluate(model, FLAGS.split)))
   elif mode == "score":
     _score(model)

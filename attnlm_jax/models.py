@@ -206,7 +206,7 @@ def _dropout(rng, config, rows: jax.Array, num_steps: int, embed_size: int) -> _
 def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train: bool = False,
           rng: Optional[jax.Array] = None, return_attention: bool = False,
           mutable: bool = False, tags: Optional[jax.Array] = None,
-          rows: Optional[jax.Array] = None):
+          rows: Optional[jax.Array] = None, return_hidden: bool = False):
   """Next-token logits [B, T, V] for input tokens [B, T] (int32) with `lengths` [B]; every
   row starts from the zero state (the sentence protocol).
 
@@ -214,6 +214,9 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
     memory [h_0 = 0, h_1 .. h_{t-1}] for the output-layer scores; over the inputs m_1..m_T for
     `das` and `das_lstmn` (the word stream's weights); over the tape [h_0 = 0, h_1 ..] for
     `lstmn`.
+  return_hidden: also return (last, after the weights if asked) the last LSTM layer's output
+    h_t [B, T, H], the output layer's input (h_t, not the attentive models' h'_t; after the
+    output dropout in training): what the neural cache stores (`cache.py`).
   mutable: return (outputs, updates), `updates` to merge into params as {**params, **updates}
     (the new batch-norm statistics of training mode; empty otherwise).
   train: dropout on (needs `rng`) and batch-norm batch statistics.
@@ -227,16 +230,19 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
   score = scores.get(config.score)
   if return_attention and score.attend is None and not score.feeds_recurrence:
     raise ConfigError(f"score {config.score!r} has no attention weights to return")
-  logits, weights, updates, _ = _forward(params, config, tokens, lengths, None, train=train,
-                                         rng=rng, need_weights=return_attention, tags=tags,
-                                         rows=rows)
-  outputs = (logits, weights) if return_attention else logits
+  logits, weights, updates, _, hidden = _forward(params, config, tokens, lengths, None,
+                                                 train=train, rng=rng,
+                                                 need_weights=return_attention, tags=tags,
+                                                 rows=rows)
+  extras = ((weights,) if return_attention else ()) + ((hidden,) if return_hidden else ())
+  outputs = (logits, *extras) if extras else logits
   return (outputs, updates) if mutable else outputs
 
 
 def apply_window(params: dict, config, tokens: jax.Array, lengths: jax.Array,
                  state: DecodeState, *, train: bool = False, rng: Optional[jax.Array] = None,
-                 tags: Optional[jax.Array] = None, rows: Optional[jax.Array] = None):
+                 tags: Optional[jax.Array] = None, rows: Optional[jax.Array] = None,
+                 return_hidden: bool = False):
   """One window of the stream protocol: logits [B, T, V] of the window's tokens [B, T] given
   the `state` the previous window left (`init_stream_state` before the first).
 
@@ -247,17 +253,19 @@ def apply_window(params: dict, config, tokens: jax.Array, lengths: jax.Array,
   window's tokens one at a time. `lengths` [B] < T only in a stream's last window.
 
   Returns:
-    (logits, the state after the window, updates as in `apply(mutable=True)`).
+    (logits, the state after the window, updates as in `apply(mutable=True)`); with
+    `return_hidden`, (logits, h_t [B, T, H] as in `apply`) in place of the logits.
   """
   state = jax.lax.stop_gradient(state)
-  logits, _, updates, state = _forward(params, config, tokens, lengths, state, train=train,
-                                       rng=rng, need_weights=False, tags=tags, rows=rows)
-  return logits, state, updates
+  logits, _, updates, state, hidden = _forward(params, config, tokens, lengths, state,
+                                               train=train, rng=rng, need_weights=False,
+                                               tags=tags, rows=rows)
+  return (logits, hidden) if return_hidden else logits, state, updates
 
 
 def _forward(params, config, tokens, lengths, state, *, train, rng, need_weights, tags, rows):
-  """(logits, weights or None, updates, state after the sequence or None) of `apply` (state
-  None: zero start) and `apply_window`."""
+  """(logits, weights or None, updates, state after the sequence or None, the last layer's
+  h_t) of `apply` (state None: zero start) and `apply_window`."""
   validate(config)
   score = scores.get(config.score)
   if train and config.dropout > 0 and rng is None:
@@ -277,7 +285,7 @@ def _forward(params, config, tokens, lengths, state, *, train, rng, need_weights
   features, new_stats = _head(params, config, score, query, context, valid, train,
                               positions=jnp.arange(num_steps))
   updates = {STATS: new_stats} if new_stats is not None else {}
-  return _logits(params, config, features), weights, updates, state
+  return _logits(params, config, features), weights, updates, state, query
 
 
 def _compute_dtype(config):

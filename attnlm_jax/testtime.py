@@ -1,0 +1,176 @@
+"""The test-time page of a table: the neural cache and dynamic evaluation of its rows.
+
+`run(table, workdir)` (`--mode=testtime`) takes every finished training row of a table of
+`reproduce.TABLES` in `workdir/<row>` (what `--mode=reproduce` trained there) and evaluates
+its test split with a neural cache of `cache_size` pairs (`cache.py`) and with dynamic
+evaluation under both update rules (`dynamic_eval.py`), each method's hyperparameters
+chosen on the validation split by its grid search. It writes
+- `workdir/<row>/testtime.json`: the row's three results (reused by a rerun with the same
+  cache size and window, so an interrupted page resumes);
+- `workdir/testtime.json`: every training row of the table with its results, the date and
+  the command that writes the page;
+- `workdir/testtime.md`: the page, valid / test perplexity of the model and of each method
+  under both perplexity rules, and the hyperparameters chosen.
+"""
+
+import datetime
+import json
+import os
+import pathlib
+from typing import Optional, Sequence
+
+from absl import logging
+from etils import epath
+
+from attnlm_jax import cache
+from attnlm_jax import dynamic_eval
+from attnlm_jax import evaluate
+from attnlm_jax import reproduce
+from attnlm_jax import results
+
+CACHE_SIZE = 2000        # The cache size of a page unless --cache gives one.
+PAGE_JSON = "testtime.json"
+PAGE_MD = "testtime.md"
+ROW_FILE = "testtime.json"
+METHODS = ("cache", "dynamic_sgd", "dynamic_rms")
+SPLIT = "test"
+
+
+def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int) -> dict:
+  """The row's test results: {"cache_size", "dynamic_window", "step", "cache",
+  "dynamic_sgd", "dynamic_rms"} (`cache.evaluate_split`, `dynamic_eval.evaluate_split`),
+  the hyperparameters chosen on valid."""
+  model = evaluate.load(row_dir)
+  return {"cache_size": cache_size, "dynamic_window": dynamic_window, "step": model.step,
+          "cache": cache.evaluate_split(model, SPLIT, cache_size),
+          **{f"dynamic_{rule}": dynamic_eval.evaluate_split(model, SPLIT, rule,
+                                                            window=dynamic_window)
+             for rule in dynamic_eval.METHODS}}
+
+
+def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int) -> Optional[dict]:
+  """The row's saved results when made with these settings, else None."""
+  path = row_dir / ROW_FILE
+  if not path.exists():
+    return None
+  saved = json.loads(path.read_text())
+  same = (saved["cache_size"], saved["dynamic_window"]) == (cache_size, dynamic_window)
+  return saved if same else None
+
+
+def _as_typed(path: epath.Path) -> epath.Path:
+  """`path` relative to the current directory when inside it (as typed from the repository
+  root, as `reproduce` prints it), else as it is."""
+  local = pathlib.Path(os.fspath(path))
+  if local.is_absolute() and local.is_relative_to(pathlib.Path.cwd()):
+    return epath.Path(local.relative_to(pathlib.Path.cwd()))
+  return path
+
+
+def _valid(result: dict, key: str) -> Optional[float]:
+  """A method's valid perplexity (`key`'s rule) at its chosen point of the grid."""
+  if not result["grid"]:
+    return None
+  return min(result["grid"], key=lambda point: point["perplexity"])[key]
+
+
+def _pair(valid, test) -> str:
+  return f"{results.format_number(valid)} / {results.format_number(test)}"
+
+
+def _cells(record: dict, key: str) -> list[str]:
+  """A page line under one rule (`key`): the model's and each method's valid / test."""
+  found = record["results"]
+  model = _pair(record.get(f"valid_{key}"), record.get(f"test_{key}"))
+  if found is None:
+    note = "-" if record["status"] == reproduce.FINISHED else record["status"]
+    return [record["name"], model, *[note] * len(METHODS)]
+  return [record["name"], model,
+          *(_pair(_valid(found[method], key), found[method][key]) for method in METHODS)]
+
+
+def _hyperparameters(record: dict) -> list[str]:
+  """A line of the hyperparameter table."""
+  found = record["results"]
+  if found is None:
+    return [record["name"], *["-"] * len(METHODS)]
+  cached = found["cache"]
+  dynamic = [found[f"dynamic_{rule}"] for rule in dynamic_eval.METHODS]
+  return [record["name"], f"{cached['cache_theta']:g}, {cached['cache_lambda']:g}",
+          *(f"{d['learning_rate']:g}, {d['decay']:g} ({d['window']} {d['window_unit']})"
+            for d in dynamic)]
+
+
+def format_markdown(page: dict) -> str:
+  """testtime.md of a testtime.json dict."""
+  methods = (f"cache ({page['cache_size']:,})", "dynamic eval., SGD", "dynamic eval., RMS")
+  rules = (("perplexity", "every token predicted"),
+           ("perplexity_paper_convention", "the released code's rule: a sentence's first "
+            "word not predicted but counted"))
+  tables = []
+  for key, rule in rules:
+    tables += [f"Perplexity, valid / test, {rule}:", "",
+               results.markdown_table(("row", "model", *methods),
+                                      [_cells(r, key) for r in page["rows"]]), ""]
+  return "\n".join([
+      f"# Test-time methods on table `{page['table']}`: {page['title']}", "",
+      f"Written by `{page['command']}` ({page['date']}).", "", *tables,
+      "Hyperparameters chosen on valid (`docs/testtime.md` gives the grids):", "",
+      results.markdown_table(("row", "cache theta, lambda", "SGD learning rate, decay "
+                              "(window)", "RMS learning rate, decay (window)"),
+                             [_hyperparameters(r) for r in page["rows"]]), "",
+      "`model`: the row's own evaluation (`results.md`). A method's valid number is that of "
+      "its chosen grid point, its test number that of the same hyperparameters on test. "
+      "Dynamic evaluation reads a stream-protocol split as one stream (batch 1); its "
+      "`model_perplexity` in testtime.json is the trained model over those same windows.",
+      ""])
+
+
+def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_SIZE,
+        dynamic_window: int = 1) -> dict:
+  """`--mode=testtime`: evaluates the table's finished training rows with the test-time
+  methods and writes the page.
+
+  Args:
+    table: a name of `reproduce.TABLES`.
+    workdir: the table's directory (its rows in workdir/<row>).
+    rows: the rows to evaluate (default all); the page lists every training row, with the
+      results saved earlier for the rows not evaluated now.
+    cache_size: the neural cache's size.
+    dynamic_window: sentences (or document spans) per window of dynamic evaluation.
+
+  Returns:
+    {"table", "workdir", "files", "evaluated" (the rows evaluated now), "rows": {name:
+     status}}.
+  """
+  cache.check(cache_size, None, None)
+  rows = rows.split(",") if isinstance(rows, str) else list(rows)
+  selected = {row.name for row in reproduce.select_rows(table, rows)}
+  workdir = epath.Path(str(workdir))
+  records, evaluated = [], []
+  for row in reproduce.get_table(table).rows:
+    if row.kind != reproduce.TRAIN:
+      continue
+    state = reproduce.row_state(row, workdir)
+    found = _saved(workdir / row.name, cache_size, dynamic_window)
+    if found is None and row.name in selected and state["status"] == reproduce.FINISHED:
+      logging.info("testtime: row %s", row.name)
+      found = row_results(workdir / row.name, cache_size, dynamic_window)
+      (workdir / row.name / ROW_FILE).write_text(json.dumps(found, indent=1) + "\n")
+      evaluated.append(row.name)
+    records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
+                    "results": found})
+  command = " ".join(["python -m attnlm_jax.main --mode=testtime", f"--table={table}",
+                      f"--workdir={_as_typed(workdir)}",
+                      *([f"--rows={','.join(rows)}"] if rows else []),
+                      f"--cache={cache_size}", f"--dynamic_window={dynamic_window}"])
+  page = {"table": table, "title": reproduce.get_table(table).title,
+          "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+          "command": command, "cache_size": cache_size, "dynamic_window": dynamic_window,
+          "rows": records}
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / PAGE_JSON).write_text(json.dumps(page, indent=1) + "\n")
+  (workdir / PAGE_MD).write_text(format_markdown(page))
+  return {"table": table, "workdir": str(workdir),
+          "files": [str(workdir / PAGE_JSON), str(workdir / PAGE_MD)],
+          "evaluated": evaluated, "rows": {r["name"]: r["status"] for r in records}}

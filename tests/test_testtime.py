@@ -1,0 +1,329 @@
+"""Test-time methods: the neural cache and dynamic evaluation against their equations,
+their causality, the command line and the page of a table (`--mode=testtime`)."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnlm_jax import cache
+from attnlm_jax import data as data_lib
+from attnlm_jax import dynamic_eval
+from attnlm_jax import evaluate
+from attnlm_jax import models
+from attnlm_jax import testtime
+from attnlm_jax import train
+from attnlm_jax.data import pipeline
+import tiny_config
+
+
+def tiny_model(**overrides) -> evaluate.TrainedModel:
+  """Untrained parameters of the tiny config on the embedded corpus, drawn U(-0.5, 0.5) so
+  that the hidden states differ visibly from one step to the next."""
+  config = tiny_config.config(model__init_scale=0.5, **overrides)
+  vocab = data_lib.load(config.data).vocab
+  config.model.vocab_size = len(vocab)
+  return evaluate.TrainedModel(config, vocab, models.init(jax.random.key(0), config.model), 0)
+
+
+@pytest.fixture(scope="module")
+def model():
+  return tiny_model(model__score="single")
+
+
+@pytest.fixture(scope="module")
+def valid_states(model):
+  return cache.split_states(model, "valid")
+
+
+def direct_cache(hidden, words, model_log_probs, size, theta, lam):
+  """Grave et al. (2017) eqs. 2-4 token by token in NumPy (float64): the model alone at the
+  first step, whose cache is empty."""
+  hidden = hidden.astype(np.float64)
+  result = []
+  for t in range(len(words)):
+    keys = range(max(0, t - size), t)
+    if not keys:
+      result.append(model_log_probs[t])
+      continue
+    weights = np.exp([theta * hidden[t] @ hidden[i] for i in keys])
+    p_cache = sum(w for w, i in zip(weights, keys) if words[i] == words[t]) / weights.sum()
+    result.append(np.log((1 - lam) * np.exp(model_log_probs[t]) + lam * p_cache))
+  return np.array(result)
+
+
+def test_split_states_are_evaluations_log_probs_and_each_sentences_hidden_states(
+    model, valid_states):
+  tokens, log_probs, hidden = valid_states
+  reference_tokens, reference = evaluate.split_log_probs(model, "valid")
+  np.testing.assert_array_equal(tokens, reference_tokens)
+  np.testing.assert_array_equal(log_probs, reference)
+  data = data_lib.load(model.config.data, model.vocab)
+  start = 0
+  for sentence in data.sentences("valid")[:3]:
+    inputs = jnp.asarray(np.concatenate([[data_lib.EOS_ID], sentence[:-1]])[None], jnp.int32)
+    _, states = models.apply(model.params, model.config.model, inputs,
+                             jnp.array([len(sentence)]), return_hidden=True)
+    np.testing.assert_allclose(hidden[start:start + len(sentence)], states[0], atol=1e-5)
+    start += len(sentence)
+
+
+def test_return_hidden_is_the_output_layers_input(model):
+  config = model.config.model.copy_and_resolve_references()
+  config.score = "none"
+  params = models.init(jax.random.key(1), config)
+  tokens, lengths = jnp.array([[1, 5, 7, 9]]), jnp.array([4])
+  logits, hidden = models.apply(params, config, tokens, lengths, return_hidden=True)
+  np.testing.assert_allclose(logits, hidden @ params["embed"].T + params["out_bias"],
+                             atol=1e-5)                 # `none`: h'_t = h_t, tied softmax
+  logits, weights, hidden = models.apply(model.params, model.config.model, tokens, lengths,
+                                         return_attention=True, return_hidden=True)
+  assert weights.shape == (1, 4, 4) and hidden.shape == (1, 4, config.hidden_size)
+
+
+@pytest.mark.parametrize("score", tuple(models.SCORE_FUNCTIONS))
+def test_return_hidden_is_the_last_layers_state_for_every_score(model, score):
+  config = model.config.model.copy_and_resolve_references()
+  config.update(score=score, vocab_size=30, num_layers=2)
+  params = models.init(jax.random.key(2), config)
+  tokens = jnp.array([[1, 5, 7, 9, 3]])
+  _, hidden = models.apply(params, config, tokens, jnp.array([5]), return_hidden=True)
+  state = models.init_state(params, config, 1, capacity=8)
+  for t in range(5):
+    _, state = models.step(params, config, state, tokens[:, t])
+    np.testing.assert_allclose(hidden[0, t], state.lstm[-1].h[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [1, 40, 300])
+def test_cache_equals_its_equation_token_by_token(valid_states, size):
+  tokens, log_probs, hidden = (x[:600] for x in valid_states)   # 3 blocks of 256 queries
+  cache_log_probs, filled = cache.cache_log_probs(hidden, tokens, size, theta=0.3)
+  assert not filled[0] and filled[1:].all()
+  mixed = cache.mix(log_probs, cache_log_probs, filled, 0.2)
+  np.testing.assert_allclose(mixed, direct_cache(hidden, tokens, log_probs, size, 0.3, 0.2),
+                             rtol=1e-5)
+
+
+def test_lambda_zero_gives_the_models_own_perplexity(model):
+  result = cache.evaluate_split(model, "valid", 50, theta=0.3, lam=0.0)
+  assert result["perplexity"] == result["model_perplexity"]
+  assert (result["perplexity_paper_convention"]
+          == result["model_perplexity_paper_convention"])
+  plain = evaluate.evaluate(model, "valid")
+  assert result["perplexity"] == pytest.approx(plain["perplexity"], rel=1e-6)
+  assert result["fitted_on"] is None and result["grid"] == []
+
+
+def test_cache_grid_is_searched_on_valid_and_its_best_point_applied(model, monkeypatch):
+  monkeypatch.setattr(cache, "THETAS", (0.0, 0.3))
+  monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.2))
+  result = cache.evaluate_split(model, "test", 50)
+  assert result["fitted_on"] == "valid" and len(result["grid"]) == 4
+  best = min(result["grid"], key=lambda point: point["perplexity"])
+  assert (result["cache_theta"], result["cache_lambda"]) == (best["theta"], best["lambda"])
+  fixed = cache.evaluate_split(model, "test", 50, theta=best["theta"], lam=best["lambda"])
+  assert fixed["perplexity"] == result["perplexity"]
+  assert result["perplexity"] < result["model_perplexity"]     # it learns the repetitions
+
+
+def test_cache_is_causal():
+  rng = np.random.default_rng(0)
+  hidden, words = rng.normal(size=(700, 8)), rng.integers(0, 20, 700)
+  before, filled = cache.cache_log_probs(hidden, words, 100, theta=0.5)
+  later = 400
+  words[later:] = rng.integers(0, 20, 300)        # a later word changes, and every h after it
+  hidden[later + 1:] = rng.normal(size=(299, 8))
+  after, _ = cache.cache_log_probs(hidden, words, 100, theta=0.5)
+  np.testing.assert_array_equal(after[:later], before[:later])
+  assert not np.array_equal(after[later:], before[later:])
+
+
+def test_the_stream_protocol_cache_reads_evaluations_windows():
+  model = tiny_model(model__score="none", data__span="stream", data__bucket=False)
+  tokens, log_probs, hidden = cache.split_states(model, "valid")
+  np.testing.assert_array_equal(log_probs, evaluate.split_log_probs(model, "valid")[1])
+  assert np.abs(hidden).sum(axis=1).min() > 0        # every token got its state
+  result = cache.evaluate_split(model, "valid", 50, theta=0.3, lam=0.0)
+  assert result["perplexity"] == pytest.approx(
+      evaluate.evaluate(model, "valid")["perplexity"], rel=1e-6)
+  assert len(tokens) == result["tokens"]
+
+
+@pytest.mark.parametrize("size, theta, lam, message", [
+    (0, None, None, "at least 1"), (10, -1.0, None, "--cache_theta=-1.0 must be >= 0"),
+    (10, None, 1.0, "--cache_lambda=1.0 must be in [0, 1)")])
+def test_bad_cache_settings_are_refused(size, theta, lam, message):
+  with pytest.raises(cache.CacheError, match=message.replace("[", r"\[").replace(")", r"\)")):
+    cache.check(size, theta, lam)
+
+
+# --------------------------------------------------------------------------- dynamic
+
+
+def test_update_rule_by_hand():
+  step = lambda decay: float(dynamic_eval.update(1.0, 2.0, 0.5, 4.0, 3.0, 0.1, decay))
+  assert step(0.1) == pytest.approx(1.0 - 0.1 * 2.0 / 4.0 + 0.3 * (0.5 - 1.0))
+  assert step(0.5) == pytest.approx(1.0 - 0.1 * 2.0 / 4.0 + 1.0 * (0.5 - 1.0))  # clipped at 1
+
+
+def test_dynamic_evaluation_with_learning_rate_zero_is_plain_evaluation(model):
+  evaluator = dynamic_eval.DynamicEvaluator(model, window=40)
+  reference = evaluate.split_log_probs(model, "valid")[1]
+  still = evaluator.split_log_probs("valid", evaluator.rule("sgd"), 0.0, 0.01)
+  np.testing.assert_allclose(still, reference, atol=1e-5)
+  np.testing.assert_allclose(evaluator.split_log_probs("valid"), reference, atol=1e-5)
+  adapted = evaluator.split_log_probs("valid", evaluator.rule("sgd"), 0.3, 0.0)
+  assert adapted.sum() > reference.sum() + 100      # the untrained model learns a lot
+
+
+def test_stream_protocol_dynamic_evaluation_reads_the_split_as_one_stream():
+  model = tiny_model(model__score="none", data__span="stream", data__bucket=False)
+  evaluator = dynamic_eval.DynamicEvaluator(model)
+  tokens = evaluator.data.split("valid").tokens
+  inputs = jnp.asarray(np.concatenate([[data_lib.EOS_ID], tokens[:-1]])[None], jnp.int32)
+  logits = models.apply(model.params, model.config.model, inputs, jnp.array([len(tokens)]))
+  whole = np.asarray(jax.nn.log_softmax(logits[0]))[np.arange(len(tokens)), tokens]
+  np.testing.assert_allclose(evaluator.split_log_probs("valid"), whole, atol=1e-4)
+  np.testing.assert_allclose(evaluator.split_log_probs("valid", evaluator.rule("sgd"), 0.0,
+                                                       0.0), whole, atol=1e-4)
+
+
+@pytest.mark.parametrize("score", ["single", "das_lstmn"])
+def test_dynamic_evaluation_is_causal(score):
+  model = tiny_model(model__score=score)
+  data = data_lib.load(model.config.data, model.vocab)
+  text = data_lib.SplitText([tuple(model.vocab.decode(s[:-1])) for s in
+                             data.sentences("valid")[:12]], [0] * 12)
+  evaluator = dynamic_eval.DynamicEvaluator(model, window=2)
+  rule = evaluator.rule("sgd")
+
+  def log_probs(split_text):
+    stream = pipeline.encode_split(split_text, model.vocab)
+    windows = list(dynamic_eval.unit_windows(
+        stream, (np.cumsum(stream.sentence_lengths) - stream.sentence_lengths,
+                 stream.sentence_lengths), 2))
+    return stream, evaluator.log_probs(windows, len(stream.tokens), rule, 0.5, 0.01)
+
+  stream, before = log_probs(text)
+  changed = list(text.sentences)
+  word = next(w for w in model.vocab.words[4:] if w != changed[7][2])
+  changed[7] = changed[7][:2] + (word,) + changed[7][3:]
+  _, after = log_probs(data_lib.SplitText(changed, text.documents))
+  later = int(stream.sentence_lengths[:7].sum()) + 2     # the changed word's position
+  np.testing.assert_array_equal(after[:later], before[:later])
+  first_after = int(stream.sentence_lengths[:8].sum())   # the windows after its own
+  assert np.abs(after[first_after:] - before[first_after:]).max() > 1e-4
+
+
+def test_rms_rule_divides_by_the_training_gradients_root_mean_square(model, monkeypatch):
+  monkeypatch.setattr(dynamic_eval, "STAT_BATCHES", 2)
+  evaluator = dynamic_eval.DynamicEvaluator(model)
+  rms = evaluator.gradient_rms()
+  data = data_lib.load(model.config.data, model.vocab)
+  batches = list(data.eval_batches("train", model.config.data.eval_batch_size))
+  squares = 0
+  for batch in (batches[0], batches[-1]):                 # evenly spaced: first and last
+    def loss(embed, batch=batch):
+      logits = models.apply({**model.params, "embed": embed}, model.config.model,
+                            batch["inputs"], batch["lengths"])
+      mask = jnp.arange(logits.shape[1])[None] < batch["lengths"][:, None]
+      log_probs = jax.nn.log_softmax(logits)
+      picked = jnp.take_along_axis(log_probs, batch["targets"][..., None], -1)[..., 0]
+      return -jnp.where(mask, picked, 0).sum() / mask.sum()
+    squares = squares + jax.grad(loss)(model.params["embed"]) ** 2
+  np.testing.assert_allclose(rms["embed"], np.sqrt(squares / 2), rtol=1e-4, atol=1e-9)
+  rule = evaluator.rule("rms")
+  np.testing.assert_allclose(rule.denominator["embed"], rms["embed"] + dynamic_eval.EPSILON)
+  means = [np.mean(leaf) for leaf in jax.tree.leaves(rule.decay_scale)]
+  assert np.mean(means) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_dynamic_grid_is_searched_on_valid(model, monkeypatch):
+  monkeypatch.setattr(dynamic_eval, "GRIDS", {"sgd": {"learning_rate": (0.0, 0.3),
+                                                      "decay": (0.0,)}})
+  result = dynamic_eval.evaluate_split(model, "test", "sgd", window=50)
+  assert result["fitted_on"] == "valid" and len(result["grid"]) == 2
+  assert result["learning_rate"] == 0.3 and result["decay"] == 0.0
+  assert result["grid"][0]["perplexity"] == pytest.approx(
+      evaluate.evaluate(model, "valid")["perplexity"], rel=1e-5)
+  assert result["perplexity"] < result["model_perplexity"]
+  assert (result["window"], result["window_unit"]) == (50, "sentences")
+
+
+def test_bad_dynamic_settings_are_refused(model):
+  with pytest.raises(dynamic_eval.DynamicEvalError, match="--dynamic=adam is unknown"):
+    dynamic_eval.check("adam", None, None)
+  with pytest.raises(dynamic_eval.DynamicEvalError, match="--dynamic_lr=-1.0 must be"):
+    dynamic_eval.check("sgd", -1.0, None)
+  with pytest.raises(dynamic_eval.DynamicEvalError, match="--dynamic_window=0"):
+    dynamic_eval.DynamicEvaluator(model, window=0)
+
+
+# --------------------------------------------------------------------------- the page, CLI
+
+
+@pytest.fixture(scope="module")
+def table_dir(tmp_path_factory):
+  """A table directory of the `demo` table with its row `none` trained (1 tiny epoch)."""
+  path = tmp_path_factory.mktemp("demo_table")
+  train.train_and_evaluate(tiny_config.config(model__score="none", train__num_epochs=1),
+                           path / "none")
+  return path
+
+
+def _main(*args):
+  return subprocess.run([sys.executable, "-m", "attnlm_jax.main", *map(str, args)],
+                        cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_page_of_a_table(table_dir, monkeypatch):
+  monkeypatch.setattr(cache, "THETAS", (0.0, 0.3))
+  monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.1))
+  monkeypatch.setattr(dynamic_eval, "GRIDS", {"sgd": {"learning_rate": (0.1,), "decay": (0.0,)},
+                                              "rms": {"learning_rate": (1e-4,),
+                                                      "decay": (0.01,)}})
+  monkeypatch.setattr(dynamic_eval, "STAT_BATCHES", 2)
+  summary = testtime.run("demo", table_dir, cache_size=100, dynamic_window=100)
+  assert summary["evaluated"] == ["none"]
+  assert summary["rows"] == {"none": "finished", "single": "not started"}
+  page = json.loads((table_dir / testtime.PAGE_JSON).read_text())
+  none = page["rows"][0]["results"]
+  assert {"cache", "dynamic_sgd", "dynamic_rms"} <= none.keys()
+  assert none["cache"]["split"] == "test" and none["cache"]["cache_size"] == 100
+  assert none["dynamic_sgd"]["model_perplexity"] == pytest.approx(
+      page["rows"][0]["test_perplexity"], rel=1e-5)
+  text = (table_dir / testtime.PAGE_MD).read_text()
+  assert "| none |" in text and "| single | - / - | not started |" in text
+  assert "--mode=testtime --table=demo" in text
+  assert testtime.run("demo", table_dir, cache_size=100,
+                      dynamic_window=100)["evaluated"] == []        # reused
+
+
+def test_cli_evaluate_with_a_cache_and_with_dynamic_evaluation(table_dir):
+  workdir = table_dir / "none"
+  result = _main("--mode=evaluate", f"--workdir={workdir}", "--split=test", "--cache=100",
+                 "--cache_theta=0.3", "--cache_lambda=0.1")
+  assert result.returncode == 0, result.stderr[-2000:]
+  cached = json.loads(result.stdout.splitlines()[-1])
+  assert (cached["method"], cached["cache_theta"], cached["cache_lambda"]) == ("cache", 0.3,
+                                                                              0.1)
+  assert {"perplexity", "perplexity_paper_convention", "model_perplexity",
+          "model_perplexity_paper_convention"} <= cached.keys()
+  result = _main("--mode=evaluate", f"--workdir={workdir}", "--split=test", "--dynamic=sgd",
+                 "--dynamic_lr=0.1", "--dynamic_decay=0", "--dynamic_window=100")
+  assert result.returncode == 0, result.stderr[-2000:]
+  dynamic = json.loads(result.stdout.splitlines()[-1])
+  assert dynamic["method"] == "dynamic_sgd" and dynamic["learning_rate"] == 0.1
+  assert dynamic["model_perplexity"] == pytest.approx(cached["model_perplexity"], rel=1e-5)
+
+
+def test_cli_refuses_the_cache_with_dynamic_evaluation(table_dir):
+  result = _main("--mode=evaluate", f"--workdir={table_dir / 'none'}", "--cache=10",
+                 "--dynamic=sgd")
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+      "error: --cache and --dynamic are two methods: give one of them"]
