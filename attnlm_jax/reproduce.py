@@ -224,7 +224,7 @@ def _flag(value) -> str:
   return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _as_typed(path: epath.Path) -> epath.Path:
+def as_typed(path: epath.Path) -> epath.Path:
   """`path` relative to the current directory when it lies inside it (as a user types it
   from the repository root), else as it is: the form the printed commands take."""
   local = pathlib.Path(os.fspath(path))
@@ -235,7 +235,7 @@ def _as_typed(path: epath.Path) -> epath.Path:
 
 def row_command(row: Row, workdir: epath.Path) -> str:
   """The command that runs this row alone."""
-  workdir = _as_typed(workdir)
+  workdir = as_typed(workdir)
   if row.kind == INTERPOLATE:
     return ("python -m attnlm_jax.main --mode=evaluate --split=test "
             f"--workdirs={','.join(str(workdir / m) for m in row.members)} "
@@ -474,7 +474,7 @@ def write_results(name: str, workdir: epath.Path, configs: Mapping[str, Any],
   table = get_table(name)
   summary = {"table": name, "title": table.title,
              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "command": command, "workdir": str(_as_typed(workdir)),
+             "command": command, "workdir": str(as_typed(workdir)),
              "rows": [row_record(row, workdir, configs[row.name]) for row in table.rows]}
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / RESULTS_JSON).write_text(json.dumps(summary, indent=1) + "\n")
@@ -639,7 +639,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False) ->
     return {"table": table, "workdir": str(workdir), "plan": plan}
   check_workdir(table, workdir, configs)
   command = ("python -m attnlm_jax.main --mode=reproduce "
-             f"--table={table} --workdir={_as_typed(workdir)}"
+             f"--table={table} --workdir={as_typed(workdir)}"
              + (f" --rows={','.join(rows)}" if rows else ""))
   trained, summary = [], None
   for index, row in enumerate(selected, 1):

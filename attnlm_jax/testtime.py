@@ -15,8 +15,6 @@ chosen on the validation split by its grid search. It writes
 
 import datetime
 import json
-import os
-import pathlib
 from typing import Optional, Sequence
 
 from absl import logging
@@ -56,15 +54,6 @@ def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int) -> Optiona
   saved = json.loads(path.read_text())
   same = (saved["cache_size"], saved["dynamic_window"]) == (cache_size, dynamic_window)
   return saved if same else None
-
-
-def _as_typed(path: epath.Path) -> epath.Path:
-  """`path` relative to the current directory when inside it (as typed from the repository
-  root, as `reproduce` prints it), else as it is."""
-  local = pathlib.Path(os.fspath(path))
-  if local.is_absolute() and local.is_relative_to(pathlib.Path.cwd()):
-    return epath.Path(local.relative_to(pathlib.Path.cwd()))
-  return path
 
 
 def _valid(result: dict, key: str) -> Optional[float]:
@@ -161,7 +150,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
     records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
                     "results": found})
   command = " ".join(["python -m attnlm_jax.main --mode=testtime", f"--table={table}",
-                      f"--workdir={_as_typed(workdir)}",
+                      f"--workdir={reproduce.as_typed(workdir)}",
                       *([f"--rows={','.join(rows)}"] if rows else []),
                       f"--cache={cache_size}", f"--dynamic_window={dynamic_window}"])
   page = {"table": table, "title": reproduce.get_table(table).title,
