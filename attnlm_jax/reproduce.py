@@ -35,7 +35,6 @@ from absl import logging
 from etils import epath
 import jax
 import ml_collections
-import numpy as np
 
 from attnlm_jax import analysis
 from attnlm_jax import checkpoints
@@ -111,9 +110,13 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-  """A published table: its title and rows (a row's dependencies come before it)."""
+  """A published table: its title and rows (a row's dependencies come before it), and
+  `reference`, a row that the others are compared with epoch by epoch ("": none), within
+  `tolerance` percent at every epoch."""
   title: str
   rows: tuple[Row, ...]
+  reference: str = ""
+  tolerance: float = 1.0
 
 
 # A 1 x 16 model, 50 batches of rows cut to 10 tokens and 2 epochs: seconds per row.
@@ -121,6 +124,10 @@ DEMO_OVERRIDES = {"model.hidden_size": 16, "data.batch_size": 400, "data.max_len
                   "data.bucket": False, "data.eval_batch_size": 2000, "train.num_epochs": 2,
                   "train.patience": 2, "train.save_every_steps": 20,
                   "train.log_every_steps": 10}
+
+# The bfloat16 check: the papers' recipe for its first 3 epochs (the learning rate is
+# constant until epoch 12), in each compute dtype.
+PRECISION_OVERRIDES = {"train.num_epochs": 3, "model.compute_dtype": "float32"}
 
 def _salton_table(title: str, config_file: str, corpus: str) -> Table:
   """The six paper-scale rows of the Salton papers' tables on `corpus`: the baseline, the
@@ -163,6 +170,15 @@ TABLES = {
         Row("average", "ptb_small.py:score=average"),
         Row("conv1x1", "ptb_small.py:score=conv1x1"),
     )),
+    "precision": Table("bfloat16 against float32: 3 epochs of the 2 x 650 PTB `single` row", (
+        Row("float32", "ptb.py:score=single", PRECISION_OVERRIDES),
+        Row("bfloat16", "ptb.py:score=single",
+            {**PRECISION_OVERRIDES, "model.compute_dtype": "bfloat16"}),
+        # The same float32 arithmetic summed in another order (two batch shards): how far
+        # rounding alone moves the curve.
+        Row("float32_2shards", "ptb.py:score=single",
+            {**PRECISION_OVERRIDES, "train.grad_shards": 2}),
+    ), reference="float32", tolerance=1.0),
     "demo": Table("Demo: a 1 x 16 LSTM with and without attention, embedded corpus", (
         Row("none", "demo.py:score=none", DEMO_OVERRIDES),
         Row("single", "demo.py:score=single", DEMO_OVERRIDES),
@@ -443,6 +459,36 @@ def _running_note(record: dict) -> str:
   return note + "."
 
 
+def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:
+  """Each row's validation perplexity at every epoch relative to the `reference` row's, in
+  percent ((row - reference) / reference x 100), for the epochs both have run:
+  {row: [[epoch, percent], ...]} from the rows' `valid_curve`s ([[epoch, perplexity], ...])."""
+  curves = {r["name"]: dict(r["valid_curve"]) for r in rows}
+  base = curves[reference]
+  return {name: [[epoch, round(100 * (p - base[epoch]) / base[epoch], 3)]
+                 for epoch, p in curve.items() if epoch in base]
+          for name, curve in curves.items() if name != reference}
+
+
+def _epoch_section(summary: dict) -> list[str]:
+  """results.md's table of validation perplexity per epoch beside the reference row's."""
+  reference, rows = summary["reference"], summary["rows"]
+  differences = summary["epoch_differences"]
+  columns = [dict(r["valid_curve"]) for r in rows] + [dict(d) for d in differences.values()]
+  formats = [results.format_number] * len(rows) + [lambda x: f"{x:+.2f}%"] * len(differences)
+  headers = ("epoch", *(r["name"] for r in rows), *(f"{n} vs {reference}" for n in differences))
+  epochs = sorted(set().union(*columns))
+  lines = [[str(epoch), *(fmt(c[epoch]) if epoch in c else "-"
+                          for c, fmt in zip(columns, formats))] for epoch in epochs]
+  tolerance = summary["tolerance"]
+  verdicts = [f"- `{name}`: " + ("within" if d and all(abs(x) <= tolerance for _, x in d)
+                                 else "not within" if d else "no epoch yet to compare")
+              + f" {tolerance:g}% of `{reference}` at every epoch it has run."
+              for name, d in differences.items()]
+  return ["", f"Validation perplexity after every epoch, and its difference to `{reference}`:",
+          "", results.markdown_table(headers, lines), "", *verdicts]
+
+
 def format_markdown(summary: dict) -> str:
   """results.md of a results.json dict."""
   headers = ("row", "model / config", "params", "epochs (best)", "valid", "test",
@@ -461,7 +507,7 @@ def format_markdown(summary: dict) -> str:
       "perplexity under the printed number's rule (the standard one when the paper does not "
       "say) minus the printed one, and its percentage of the printed one. Epochs: run "
       "(best); the best epoch's parameters are evaluated.", *([""] + notes if notes else []),
-      ""])
+      *(_epoch_section(summary) if summary.get("reference") else []), ""])
 
 
 def write_results(name: str, workdir: epath.Path, configs: Mapping[str, Any],
@@ -476,6 +522,9 @@ def write_results(name: str, workdir: epath.Path, configs: Mapping[str, Any],
              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "command": command, "workdir": str(as_typed(workdir)),
              "rows": [row_record(row, workdir, configs[row.name]) for row in table.rows]}
+  if table.reference:
+    summary.update(reference=table.reference, tolerance=table.tolerance,
+                   epoch_differences=epoch_differences(summary["rows"], table.reference))
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / RESULTS_JSON).write_text(json.dumps(summary, indent=1) + "\n")
   (workdir / RESULTS_MD).write_text(format_markdown(summary))
@@ -501,14 +550,6 @@ def _training_data(data_config: ml_collections.ConfigDict, cache: dict) -> data_
   if key not in cache:
     cache[key] = data_lib.load(data_config)
   return cache[key]
-
-
-def _tokens_per_epoch(data: data_lib.LMData) -> int:
-  """Tokens predicted in one training epoch: the whole stream under the stream protocol, else
-  every unit (sentence, document span) truncated to max_len."""
-  if data.is_stream:
-    return len(data.split("train").tokens)
-  return int(np.minimum(data.units("train")[1], data.config.max_len).sum())
 
 
 def _param_count(config: ml_collections.ConfigDict, vocab_size: int) -> Optional[int]:
@@ -561,7 +602,7 @@ def plan_row(row: Row, workdir: epath.Path, config, cache: dict) -> dict:
       plan["tokens_per_epoch"] = _tagger_tokens(config)
     else:
       data = _training_data(config.data, cache)
-      plan["tokens_per_epoch"] = _tokens_per_epoch(data)
+      plan["tokens_per_epoch"] = data.train_tokens_per_epoch()
       plan["params"] = _param_count(config, len(data.vocab))
       if plan["params"] is None:
         plan["note"] = "parameters counted once the tagger row is trained"

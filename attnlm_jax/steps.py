@@ -146,6 +146,14 @@ def apply_gradients(state: TrainState, learning_rate: jax.Array, shard_results: 
   return TrainState(params, opt_state, totals, state.step + 1)
 
 
+@functools.lru_cache(maxsize=None)
+def _jitted_gradients(model_config: ml_collections.FrozenConfigDict):
+  """`shard_gradients` jitted for a model config, one per config in a process: a new
+  `TrainStep` of the same model (a resumed run, the next row, a notebook cell run again)
+  reuses the programs already compiled for each batch width."""
+  return jax.jit(functools.partial(shard_gradients, model_config=model_config))
+
+
 class TrainStep:
   """One data-parallel SGD step: `shard_gradients` of every shard on its device, then the
   pmapped `apply_gradients`."""
@@ -162,7 +170,7 @@ class TrainStep:
     self.shards = max(1, config.train.grad_shards // total)
     self.shard_rows = config.data.batch_size // (total * self.shards)
     self.optimizer = make_optimizer(config.train)
-    self._gradients = jax.jit(functools.partial(shard_gradients, model_config=config.model))
+    self._gradients = _jitted_gradients(ml_collections.FrozenConfigDict(config.model))
     self._apply = jax.pmap(functools.partial(apply_gradients, optimizer=self.optimizer),
                            axis_name=AXIS, donate_argnums=(0,), devices=devices)
 

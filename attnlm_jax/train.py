@@ -76,7 +76,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                       "positive")
 
 
-def prepare(config: ml_collections.ConfigDict, workdir, vocab=None):
+def prepare(config: ml_collections.ConfigDict, workdir, vocab=None, data=None):
   """Config with vocab_size (and num_tags) filled, the data, and initial parameters; checks
   the workdir.
 
@@ -84,6 +84,7 @@ def prepare(config: ml_collections.ConfigDict, workdir, vocab=None):
     config: the run's config (not modified).
     workdir: the run's directory; refused when its checkpoint does not fit the config.
     vocab: the vocabulary (None: built from the training split).
+    data: the LMData to use (None: loaded from config.data with `vocab`).
 
   Returns:
     (config copy with model.vocab_size (and model.num_tags with pos_tags) set, LMData,
@@ -91,7 +92,7 @@ def prepare(config: ml_collections.ConfigDict, workdir, vocab=None):
   """
   config = config.copy_and_resolve_references()
   tagger.set_lm_num_tags(config)
-  data = data_lib.load(config.data, vocab)
+  data = data if data is not None else data_lib.load(config.data, vocab)
   config.model.vocab_size = len(data.vocab)
   check_config(config)
   init_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed))
@@ -154,13 +155,15 @@ def _lock_workdir(workdir: epath.Path) -> workdir_lock.WorkdirLock:
   return lock
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir, data=None) -> dict:
   """Trains (or resumes) a model in `workdir` and evaluates its best parameters.
 
   Args:
     config: the run's config (see configs/default.py).
     workdir: output directory (local or gs://): checkpoints, config.json, vocab.json,
       metrics.jsonl and TensorBoard events.
+    data: the corpus as an LMData of config.data (None: loaded from config.data); e.g. a
+      `first_batches` view of it.
 
   Returns:
     {"params": best parameters (host), "step": their step, "epoch": their epoch,
@@ -175,7 +178,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
       step taken (rerunning resumes from it).
   """
   workdir = epath.Path(workdir)
-  config, data, params = prepare(config, workdir)
+  config, data, params = prepare(config, workdir, data=data)
   with preemption.StopSignals() as stop, _lock_workdir(workdir):
     return _train_and_evaluate(config, data, params, workdir, stop)
 

@@ -25,6 +25,7 @@ fraction of the sgemm roofline (useful FLOPs per token x tokens/s / sgemm FLOP/s
 """
 
 import functools
+import importlib.util
 import json
 import os
 import statistics
@@ -35,7 +36,6 @@ from typing import Callable
 from absl import app
 from absl import flags
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -45,6 +45,9 @@ from attnlm_jax import parallel
 from attnlm_jax import steps
 from attnlm_jax.data import batching
 from attnlm_jax.errors import UserError
+from benchmarks.flops import gemm_flops
+from benchmarks.flops import recurrent_gemm_flops
+from benchmarks.flops import useful_flops
 from benchmarks.shapes import BATCH_SIZE
 from benchmarks.shapes import data_config
 from benchmarks.shapes import MAX_LEN
@@ -88,97 +91,6 @@ def measured_batches(data: data_lib.LMData, num_batches: int) -> dict:
                                     seed=0, epoch=1, bucket=True, max_len=MAX_LEN)
   return {"padded": [make(rows, MAX_LEN) for rows in plan],
           "bucketed": [make(units[rows]) for rows in bucket_plan]}
-
-
-def useful_flops(config, lengths: np.ndarray, train_step: bool) -> float:
-  """Useful FLOPs of one batch with row `lengths` (real tokens only; padding is waste).
-
-  A multiply-add counts 2, an elementwise add 1; nonlinearities, softmax normalisation and
-  the SGD update are not counted. Per real token at position t (0-based; the memory holds
-  t + 1 slots, the zero slot included), with H hidden units, N layers, V words:
-
-    LSTM         N x 2 x (4H x 2H)          (input and recurrent gate matmuls)
-    softmax      2 H V                      (tied output layer)
-    merge head   2 x (2H x H) = 4H^2        (`proj`: 2H^2; `none`: 0)
-    single       2H^2 + 2H                  (key and score of the token's own slot, once)
-                 + 2H (t + 1)               (weighted sum c_t)
-    combined     2H^2 + 2H^2                (key of its slot, query W_q h_t)
-                 + 3H (t + 1) + 2H (t + 1)  (tanh(k + q) . v per slot, weighted sum)
-    average      2H (t + 1)                 (the weighted sum with uniform weights)
-
-  A training step is 3x the forward (the backward pass does two matmuls per forward one).
-  """
-  h, v = config.hidden_size, config.vocab_size
-  per_token = (config.num_layers * 2 * 4 * h * 2 * h + 2 * h * v
-               + {"none": 0, "proj": 2 * h * h}.get(config.score, 4 * h * h))
-  per_slot = 0
-  if config.score == "single":
-    per_token += 2 * h * h + 2 * h
-    per_slot = 2 * h
-  elif config.score == "combined":
-    per_token += 4 * h * h
-    per_slot = 5 * h
-  elif config.score == "average":
-    per_slot = 2 * h
-  n = lengths.astype(np.float64)
-  forward = per_token * n.sum() + per_slot * (n * (n + 1) / 2).sum()
-  return float(forward * (3 if train_step else 1))
-
-
-def best_rate(flops: float, run: Callable[[], object], repeats: int) -> float:
-  """`flops` / the best of `repeats` timings of `run` (which waits for its result), after one
-  warm-up call."""
-  run()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    run()
-    times.append(time.perf_counter() - start)
-  return flops / min(times)
-
-
-def gemm_flops(size: int = 2048, repeats: int = 5) -> dict:
-  """Matmul FLOP/s on this machine (best of `repeats`): fp32 with numpy and with XLA, and
-  XLA with bfloat16 inputs and float32 accumulation (as `compute_dtype=bfloat16` does)."""
-  a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
-  best = lambda run: best_rate(2.0 * size ** 3, run, repeats)
-  matmul = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
-  fp32, bf16 = jnp.asarray(a), jnp.asarray(a, jnp.bfloat16)
-  return {"numpy_fp32": best(lambda: a @ a),
-          "xla_fp32": best(lambda: matmul(fp32, fp32).block_until_ready()),
-          "xla_bf16": best(lambda: matmul(bf16, bf16).block_until_ready())}
-
-
-def recurrent_gemm_flops(batch_size: int, hidden_size: int, steps: int = MAX_LEN,
-                         repeats: int = 5) -> dict:
-  """FLOP/s of the LSTM's recurrent matmul h_{t-1} W_h ([B, H] x [H, 4H], fp32) as the
-  recurrence runs it: `steps` dependent matmuls in a row (h <- tanh(h W_h)[:, :H]), with XLA
-  in a `lax.scan` and with PyTorch in a loop. It is the one matmul that cannot be batched over
-  time, and the difference between the two frameworks' small-matrix kernels shows here."""
-  import torch  # pylint: disable=g-import-not-at-top  (optional extra)
-
-  rng = np.random.default_rng(0)
-  w = rng.uniform(-0.05, 0.05, (hidden_size, 4 * hidden_size)).astype(np.float32)
-  h0 = rng.standard_normal((batch_size, hidden_size)).astype(np.float32)
-  flops = 2.0 * batch_size * hidden_size * 4 * hidden_size * steps
-
-  @jax.jit
-  def xla_chain(h, w):
-    return jax.lax.scan(lambda h, _: (jnp.tanh(h @ w)[:, :hidden_size], None), h, None,
-                        length=steps)[0]
-
-  def torch_chain(h, w):
-    for _ in range(steps):
-      h = torch.tanh(h @ w)[:, :hidden_size]
-    return h
-
-  xla_args = (jnp.asarray(h0), jnp.asarray(w))
-  torch_args = (torch.from_numpy(h0), torch.from_numpy(w))
-  with torch.no_grad():
-    rates = {
-        "xla": best_rate(flops, lambda: xla_chain(*xla_args).block_until_ready(), repeats),
-        "torch": best_rate(flops, lambda: torch_chain(*torch_args).sum().item(), repeats)}
-  return {**rates, "shape": [batch_size, hidden_size, 4 * hidden_size]}
 
 
 def time_loop(run: Callable[[dict], object], batches: list, warmup: int,
@@ -320,9 +232,7 @@ def benchmark(shape_name: str, score: str, steps: int, warmup: int, rounds: int,
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments: {' '.join(argv[1:])}")
-  try:
-    import torch  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
+  if importlib.util.find_spec("torch") is None:
     sys.exit("error: the PyTorch peer needs torch: pip install '.[bench]'")
   from benchmarks import torch_peer  # pylint: disable=g-import-not-at-top
   try:

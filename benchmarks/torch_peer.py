@@ -58,9 +58,19 @@ class AttentiveLM(nn.Module):
       getattr(self.lstm, f"bias_hh_l{depth}").requires_grad_(False)
 
   def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Logits [B, T, V] for tokens [B, T] (int64) and lengths [B]."""
+    """Logits [B, T, V] for tokens [B, T] (int64) and lengths [B]; every row from the zero
+    state (the sentence protocol)."""
+    return self.window(tokens, lengths, None)[0]
+
+  def window(self, tokens: torch.Tensor, lengths: torch.Tensor, state=None):
+    """(logits [B, T, V], nn.LSTM's (h, c) after the window) from `state` (None: zeros): one
+    window of the stream protocol, as pytorch/examples' word_language_model trains (only
+    `none`; the attentive scores' memory does not cross windows here)."""
+    if state is not None and self.score != "none":
+      raise PeerError(f"the torch peer carries no memory across windows for score "
+                      f"{self.score!r}: use score 'none' under the stream protocol")
     drop = lambda x: F.dropout(x, self.dropout, self.training)
-    outputs, _ = self.lstm(drop(F.embedding(tokens, self.embed)))         # [B, T, H]
+    outputs, state = self.lstm(drop(F.embedding(tokens, self.embed)), state)  # [B, T, H]
     query = drop(outputs)
     if self.score == "none":
       features = query
@@ -69,7 +79,7 @@ class AttentiveLM(nn.Module):
     else:
       context = self._attend(query, outputs, lengths)
       features = torch.tanh(query @ self.head_w_h + context @ self.head_w_c + self.head_b)
-    return features @ self.embed.t() + self.out_bias
+    return features @ self.embed.t() + self.out_bias, state
 
   def _attend(self, query, outputs, lengths):
     """c_t over the memory [0, h_1 .. h_{T-1}] (Salton et al. 2017 eqs. 9-10; 2018 eq. 10)."""

@@ -238,3 +238,27 @@ def test_tfds_source_gives_the_same_batches(ptb_dir, tmp_path):
                   strict=True):
     for key in a:
       np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.mark.parametrize("span", ["sentence", "stream"])
+def test_first_batches_are_the_epochs_own_first_batches(ptb_dir, span):
+  data = data_lib.load(_config(ptb_dir, bucket=span == "sentence", span=span))
+  view = data.first_batches(3)
+  assert view.num_train_batches() == 3
+  for epoch in (1, 2):
+    cut, whole = list(view.train_iterator(epoch)), list(data.train_iterator(epoch))
+    assert len(cut) == 3
+    for a, b in zip(cut, whole):
+      assert a.keys() == b.keys()
+      for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+  assert data.num_train_batches() > 3  # The corpus itself is not cut.
+  valid = lambda d: [b["inputs"] for b in d.eval_batches("valid", BATCH)]
+  assert len(valid(view)) == len(valid(data))
+
+
+@pytest.mark.parametrize("count", [0, 10**6])
+def test_first_batches_out_of_range_is_a_one_line_error(ptb_dir, count):
+  data = data_lib.load(_config(ptb_dir))
+  with pytest.raises(data_lib.CorpusError, match=r"ask for 1 to \d+$"):
+    data.first_batches(count)

@@ -116,3 +116,25 @@ def test_the_results_section_quotes_only_numbers_the_committed_runs_wrote():
                           tiny_config.REPO.glob("docs/results/*/results.json")))
   quoted = set(re.findall(r"-?\d+\.\d\b", section))
   assert quoted and quoted <= written, sorted(quoted - written)
+
+
+def _printed(value) -> set[float]:
+  """Every number in a benchmark's JSON line."""
+  if isinstance(value, dict):
+    return set().union(set(), *map(_printed, value.values()))
+  if isinstance(value, list):
+    return set().union(set(), *map(_printed, value))
+  if isinstance(value, (int, float)) and not isinstance(value, bool):
+    return {float(value)}
+  return set()
+
+
+def test_the_performance_section_quotes_only_numbers_the_committed_benchmarks_printed():
+  section = README.read_text().split("## Performance", 1)[1].split("\n## ", 1)[0]
+  printed = set().union(*(_printed(json.loads(line))
+                          for path in tiny_config.REPO.glob("benchmarks/results/*.jsonl")
+                          for line in path.read_text().splitlines()))
+  # Decimal numbers, not versions such as 0.10.2.
+  quoted = {float(number.replace(",", ""))
+            for number in re.findall(r"(?<![\d.])-?\d[\d,]*\.\d+(?![\d.])", section)}
+  assert quoted and quoted <= printed, sorted(quoted - printed)

@@ -222,7 +222,7 @@ def test_unknown_tables_and_rows_are_one_line_errors_listing_the_valid_ones():
   with pytest.raises(reproduce.ReproduceError) as error:
     reproduce.run("salton", "/tmp/unused")
   assert str(error.value) == ("unknown table 'salton': choose --table from zaremba, "
-                              "salton_ptb, salton_wt2, das, ptb_cpu, demo")
+                              "salton_ptb, salton_wt2, das, ptb_cpu, precision, demo")
   with pytest.raises(reproduce.ReproduceError) as error:
     reproduce.run("salton_ptb", "/tmp/unused", rows=["single", "bogus"], dry_run=True)
   assert str(error.value) == ("unknown row bogus of table salton_ptb: choose --rows from "
@@ -403,3 +403,18 @@ def test_committed_pages_are_what_the_runner_writes_from_the_committed_logs(
   table_lines = lambda d: [l for l in (d / reproduce.RESULTS_MD).read_text().splitlines()
                            if l.startswith("|")]
   assert table_lines(rewritten) == table_lines(committed)
+
+
+def test_epoch_differences_by_hand():
+  rows = [{"name": "a", "valid_curve": [[1, 200.0], [2, 100.0]]},
+          {"name": "b", "valid_curve": [[1, 202.0], [2, 99.0], [3, 90.0]]},
+          {"name": "c", "valid_curve": []}]
+  differences = reproduce.epoch_differences(rows, "a")
+  assert differences == {"b": [[1, 1.0], [2, -1.0]], "c": []}
+  page = "\n".join(reproduce._epoch_section(  # pylint: disable=protected-access
+      {"reference": "a", "rows": rows, "epoch_differences": differences, "tolerance": 1.0}))
+  assert "| 3 | - | 90.0 | - | - | - |" in page
+  assert "- `b`: within 1% of `a`" in page and "- `c`: no epoch yet" in page
+  page = "\n".join(reproduce._epoch_section(  # pylint: disable=protected-access
+      {"reference": "a", "rows": rows, "epoch_differences": differences, "tolerance": 0.5}))
+  assert "- `b`: not within 0.5% of `a`" in page

@@ -104,3 +104,31 @@ def test_eval_step_is_summed_nll():
 def test_unknown_score_is_a_one_line_error():
   with pytest.raises(torch_peer.PeerError, match="conv1x1.*use one of"):
     torch_peer.AttentiveLM(VOCAB, HIDDEN, 2, "conv1x1")
+
+
+def test_stream_windows_carry_the_state_as_the_jax_model_does():
+  """Two windows of the stream protocol, the state carried across: the peer's `window`
+  gives the logits of `models.apply_window` (the epoch benchmark's stream peer)."""
+  config = tiny_config("none")
+  params = random_params(config)
+  rng = np.random.default_rng(1)
+  tokens = rng.integers(1, VOCAB, (3, 2 * STEPS)).astype(np.int32)
+  lengths = np.full((3,), STEPS, np.int32)
+  peer = torch_peer.AttentiveLM(VOCAB, HIDDEN, 2, "none")
+  torch_peer.load_jax_params(peer, params)
+  peer.eval()
+  jax_state = models.init_stream_state(params, config, 3)
+  peer_state = (torch.zeros(2, 3, HIDDEN), torch.zeros(2, 3, HIDDEN))
+  for window in (tokens[:, :STEPS], tokens[:, STEPS:]):
+    jax_logits, jax_state, _ = models.apply_window(params, config, window, lengths, jax_state)
+    with torch.no_grad():
+      peer_logits, peer_state = peer.window(torch.from_numpy(window).long(),
+                                            torch.from_numpy(lengths).long(), peer_state)
+    np.testing.assert_allclose(peer_logits.numpy(), np.asarray(jax_logits), atol=1e-4)
+
+
+def test_window_state_needs_the_plain_lstm():
+  peer = torch_peer.AttentiveLM(VOCAB, HIDDEN, 2, "single")
+  state = (torch.zeros(2, 1, HIDDEN), torch.zeros(2, 1, HIDDEN))
+  with pytest.raises(torch_peer.PeerError, match="score 'none' under the stream protocol"):
+    peer.window(torch.ones(1, 3, dtype=torch.long), torch.tensor([3]), state)

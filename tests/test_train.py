@@ -169,3 +169,15 @@ def test_one_demo_epoch_gives_the_same_perplexity_on_one_and_two_devices(tmp_pat
   one, two = records
   assert one["valid_perplexity"] == pytest.approx(two["valid_perplexity"], rel=1e-3)
   assert one["test_perplexity"] == pytest.approx(two["test_perplexity"], rel=1e-3)
+
+
+def test_a_new_train_step_of_the_same_model_reuses_the_compiled_step():
+  """The programs compiled for one TrainStep serve the next of the same model config (a
+  resumed run, the next table row), and a different model gets its own."""
+  config = tiny_config.config()
+  config.model.vocab_size = 50
+  other = tiny_config.config(model__score="average")
+  other.model.vocab_size = 50
+  first, second = steps.TrainStep(config), steps.TrainStep(config.copy_and_resolve_references())
+  assert first._gradients is second._gradients
+  assert steps.TrainStep(other)._gradients is not first._gradients

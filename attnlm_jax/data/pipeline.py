@@ -8,6 +8,7 @@ can be checkpointed and a resumed run continues on the exact next batch.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -163,6 +164,7 @@ class LMData:
     self._reader = reader
     self._splits = {"train": self._encode(train, "train")}
     self._units = {}
+    self._train_batches = None  # `first_batches`: the batches an epoch is cut to.
 
   def split(self, split: str) -> EncodedSplit:
     """The encoded split (read and encoded on first use)."""
@@ -217,9 +219,29 @@ class LMData:
     return batching.num_stream_windows(self.stream_rows(split, batch_size)[1],
                                        self.config.max_len)
 
+  def train_tokens_per_epoch(self) -> int:
+    """Tokens predicted in one whole training epoch: the whole stream under the stream
+    protocol, else every unit (sentence, document span) truncated to max_len."""
+    if self.is_stream:
+      return len(self.split("train").tokens)
+    return int(np.minimum(self.units("train")[1], self.config.max_len).sum())
+
+  def first_batches(self, num_batches: int) -> "LMData":
+    """This corpus with every training epoch cut to its first `num_batches` batches (the
+    same batches, in the same order), valid and test whole: the epoch benchmark times the
+    training loop on it."""
+    if not 0 < num_batches <= self.num_train_batches():
+      raise CorpusError(f"{num_batches} batches asked of an epoch of "
+                        f"{self.num_train_batches()}: ask for 1 to {self.num_train_batches()}")
+    view = copy.copy(self)
+    view._train_batches = num_batches  # pylint: disable=protected-access
+    return view
+
   def num_train_batches(self) -> int:
     """Batches in one training epoch (the last one is completed with filler rows; under the
     stream protocol: the windows of the training stream)."""
+    if self._train_batches is not None:
+      return self._train_batches
     if self.is_stream:
       return self.num_windows("train", self.config.batch_size)
     return -(-len(self.units("train")[0]) // self.config.batch_size)
@@ -238,13 +260,15 @@ class LMData:
       return make_batch(data, starts[mine] + offset,
                         np.clip(lengths[mine] - offset, 0, width), width, start_symbol=False)
 
-    return grain.MapDataset.range(self.num_windows(split, batch_size)).map(window)
+    count = self.num_train_batches() if split == "train" else self.num_windows(split, batch_size)
+    return grain.MapDataset.range(count).map(window)
 
   def train_plan(self, epoch: int) -> np.ndarray:
     """The unit indices [num_batches, batch_size] of the epoch's batches (-1: filler)."""
     _, lengths = self.units("train")
-    return batching.train_plan(lengths, self.config.batch_size, self.config.seed, epoch,
+    plan = batching.train_plan(lengths, self.config.batch_size, self.config.seed, epoch,
                                self.config.bucket, self.config.max_len)
+    return plan[:self._train_batches]
 
   def train_iterator(self, epoch: int, process_index: int = 0,
                      process_count: int = 1) -> grain.DatasetIterator:
