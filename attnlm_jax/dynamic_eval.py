@@ -28,6 +28,7 @@ import dataclasses
 import functools
 from typing import Iterator, NamedTuple, Optional, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,6 +36,7 @@ import numpy as np
 from attnlm_jax import data as data_lib
 from attnlm_jax import ensemble
 from attnlm_jax import evaluate
+from attnlm_jax import logging_utils
 from attnlm_jax import losses
 from attnlm_jax import models
 from attnlm_jax import parallel
@@ -47,8 +49,8 @@ from attnlm_jax.errors import UserError
 METHODS = ("sgd", "rms")
 FIT_SPLIT = "valid"
 # The (learning rate, decay) grids searched on the validation split.
-GRIDS = {"sgd": {"learning_rate": (0.01, 0.03, 0.1), "decay": (0.0, 0.01)},
-         "rms": {"learning_rate": (3e-5, 1e-4, 3e-4), "decay": (0.003, 0.03)}}
+GRIDS = {"sgd": {"learning_rate": (0.1, 0.3, 1.0), "decay": (0.0, 0.01, 0.1)},
+         "rms": {"learning_rate": (1e-4, 3e-4, 1e-3), "decay": (0.01, 0.03, 0.1)}}
 EPSILON = 2e-5        # Krause et al.'s epsilon of the RMS rule.
 STAT_BATCHES = 200    # At most this many training batches give MS_g.
 
@@ -178,13 +180,18 @@ class DynamicEvaluator:
     anchor = models.trainable(params)
     carry = self._initial_carry(1)
     scored = []
-    for window in windows:
-      if rule is None:
-        log_probs, carry = self._score(params, window.batch, carry)
-      else:
-        params, log_probs, carry = self._adapt(params, anchor, rule, window.batch, carry,
-                                               np.float32(learning_rate), np.float32(decay))
-      scored.append((window, log_probs))
+    description = ("static" if rule is None else
+                   f"dynamic evaluation, lr {learning_rate:g}, decay {decay:g}")
+    with logging_utils.progress_bar(description, total=len(windows), unit=" windows") as bar:
+      for window in windows:
+        if rule is None:
+          log_probs, carry = self._score(params, window.batch, carry)
+        else:
+          params, log_probs, carry = self._adapt(params, anchor, rule, window.batch, carry,
+                                                 np.float32(learning_rate),
+                                                 np.float32(decay))
+        scored.append((window, log_probs))
+        bar.update()
     result = np.zeros(num_tokens, np.float64)
     for window, log_probs in scored:
       log_probs = np.asarray(log_probs)
@@ -282,9 +289,13 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
     tokens = evaluator.data.split(FIT_SPLIT).tokens
     rates = GRIDS[method]["learning_rate"] if learning_rate is None else (learning_rate,)
     decays = GRIDS[method]["decay"] if decay is None else (decay,)
-    grid = [{"learning_rate": float(rate), "decay": float(lam),
-             **perplexities(tokens, evaluator.split_log_probs(FIT_SPLIT, rule, rate, lam))}
-            for rate in rates for lam in decays]
+    for rate in rates:
+      for lam in decays:
+        grid.append({"learning_rate": float(rate), "decay": float(lam),
+                     **perplexities(tokens, evaluator.split_log_probs(FIT_SPLIT, rule, rate,
+                                                                      lam))})
+        logging.info("dynamic_%s on %s: lr %g, decay %g: perplexity %.2f", method,
+                     FIT_SPLIT, rate, lam, grid[-1]["perplexity"])
     best = min(grid, key=lambda point: point["perplexity"])
     learning_rate, decay = best["learning_rate"], best["decay"]
   tokens = evaluator.data.split(split).tokens

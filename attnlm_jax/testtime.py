@@ -6,7 +6,7 @@ its test split with a neural cache of `cache_size` pairs (`cache.py`) and with d
 evaluation under both update rules (`dynamic_eval.py`), each method's hyperparameters
 chosen on the validation split by its grid search. It writes
 - `workdir/<row>/testtime.json`: the row's three results (reused by a rerun with the same
-  cache size and window, so an interrupted page resumes);
+  cache size, window and grids, so an interrupted page resumes);
 - `workdir/testtime.json`: every training row of the table with its results, the date and
   the command that writes the page;
 - `workdir/testtime.md`: the page, valid / test perplexity of the model and of each method
@@ -34,25 +34,39 @@ METHODS = ("cache", "dynamic_sgd", "dynamic_rms")
 SPLIT = "test"
 
 
+def settings(cache_size: int, dynamic_window: int) -> dict:
+  """What a row's results depend on besides its checkpoint: the cache size, the window of
+  dynamic evaluation and every method's grid (as JSON reads them back)."""
+  grids = {"cache": {"theta": list(cache.THETAS), "lambda": list(cache.LAMBDAS)},
+           **{f"dynamic_{rule}": {axis: list(values) for axis, values in grid.items()}
+              for rule, grid in dynamic_eval.GRIDS.items()}}
+  return {"cache_size": cache_size, "dynamic_window": dynamic_window, "grids": grids}
+
+
 def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int) -> dict:
-  """The row's test results: {"cache_size", "dynamic_window", "step", "cache",
-  "dynamic_sgd", "dynamic_rms"} (`cache.evaluate_split`, `dynamic_eval.evaluate_split`),
-  the hyperparameters chosen on valid."""
+  """The row's test results: `settings` and {"step", "cache", "dynamic_sgd",
+  "dynamic_rms"} (`cache.evaluate_split`, `dynamic_eval.evaluate_split`), the
+  hyperparameters chosen on valid."""
   model = evaluate.load(row_dir)
-  return {"cache_size": cache_size, "dynamic_window": dynamic_window, "step": model.step,
-          "cache": cache.evaluate_split(model, SPLIT, cache_size),
-          **{f"dynamic_{rule}": dynamic_eval.evaluate_split(model, SPLIT, rule,
-                                                            window=dynamic_window)
-             for rule in dynamic_eval.METHODS}}
+  found = {**settings(cache_size, dynamic_window), "step": model.step,
+           "cache": cache.evaluate_split(model, SPLIT, cache_size)}
+  for rule in dynamic_eval.METHODS:
+    found[f"dynamic_{rule}"] = dynamic_eval.evaluate_split(model, SPLIT, rule,
+                                                           window=dynamic_window)
+  for method in METHODS:
+    logging.info("testtime: %s, %s: %s perplexity %.2f (the model alone %.2f)", row_dir.name,
+                 method, SPLIT, found[method]["perplexity"], found[method]["model_perplexity"])
+  return found
 
 
 def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int) -> Optional[dict]:
-  """The row's saved results when made with these settings, else None."""
+  """The row's saved results when made with these settings (`settings`), else None."""
   path = row_dir / ROW_FILE
   if not path.exists():
     return None
   saved = json.loads(path.read_text())
-  same = (saved["cache_size"], saved["dynamic_window"]) == (cache_size, dynamic_window)
+  same = all(saved.get(key) == value
+             for key, value in settings(cache_size, dynamic_window).items())
   return saved if same else None
 
 
@@ -72,7 +86,7 @@ def _cells(record: dict, key: str) -> list[str]:
   found = record["results"]
   model = _pair(record.get(f"valid_{key}"), record.get(f"test_{key}"))
   if found is None:
-    note = "-" if record["status"] == reproduce.FINISHED else record["status"]
+    note = "not evaluated" if record["status"] == reproduce.FINISHED else record["status"]
     return [record["name"], model, *[note] * len(METHODS)]
   return [record["name"], model,
           *(_pair(_valid(found[method], key), found[method][key]) for method in METHODS)]
@@ -86,7 +100,8 @@ def _hyperparameters(record: dict) -> list[str]:
   cached = found["cache"]
   dynamic = [found[f"dynamic_{rule}"] for rule in dynamic_eval.METHODS]
   return [record["name"], f"{cached['cache_theta']:g}, {cached['cache_lambda']:g}",
-          *(f"{d['learning_rate']:g}, {d['decay']:g} ({d['window']} {d['window_unit']})"
+          *(f"{d['learning_rate']:g}, {d['decay']:g} ({d['window']} "
+            f"{d['window_unit'] if d['window'] != 1 else d['window_unit'][:-1]})"
             for d in dynamic)]
 
 

@@ -2,6 +2,8 @@
 their causality, the command line and the page of a table (`--mode=testtime`)."""
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 
@@ -301,6 +303,11 @@ def test_page_of_a_table(table_dir, monkeypatch):
   assert "--mode=testtime --table=demo" in text
   assert testtime.run("demo", table_dir, cache_size=100,
                       dynamic_window=100)["evaluated"] == []        # reused
+  monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.2))                 # another grid
+  assert testtime.run("demo", table_dir, cache_size=100,
+                      dynamic_window=100)["evaluated"] == ["none"]
+  again = json.loads((table_dir / testtime.PAGE_JSON).read_text())["rows"][0]["results"]
+  assert [p["lambda"] for p in again["cache"]["grid"]] == [0.0, 0.2, 0.0, 0.2]
 
 
 def test_cli_evaluate_with_a_cache_and_with_dynamic_evaluation(table_dir):
@@ -327,3 +334,41 @@ def test_cli_refuses_the_cache_with_dynamic_evaluation(table_dir):
   assert result.returncode == 1
   assert result.stderr.strip().splitlines() == [
       "error: --cache and --dynamic are two methods: give one of them"]
+
+
+COMMITTED = tiny_config.REPO / "docs" / "results"
+
+
+def _must_not_run(*args, **kwargs):
+  raise AssertionError("the committed page must be rewritten from its saved results")
+
+
+@pytest.mark.parametrize("table", sorted(p.parent.name for p in
+                                         COMMITTED.glob(f"*/{testtime.PAGE_JSON}")))
+def test_committed_testtime_pages_are_what_the_command_writes_from_the_committed_files(
+    table, tmp_path, monkeypatch):
+  """docs/results/<table>/testtime.md: rewritten from the rows' logs and their saved
+  testtime.json alone (no checkpoint), the command gives the committed rows and tables; and
+  each saved result was computed on the row's own trained model (its cache without weight,
+  lambda = 0, gives the row's valid perplexity, and the model alone its test perplexity)."""
+  committed = COMMITTED / table
+  rewritten = tmp_path / "runs" / table
+  shutil.copytree(committed, rewritten)
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(testtime, "row_results", _must_not_run)
+  page = json.loads((committed / testtime.PAGE_JSON).read_text())
+  rows = re.search(r"--rows=(\S+)", page["command"])
+  testtime.run(table, rewritten, rows=rows.group(1) if rows else (),
+               cache_size=page["cache_size"], dynamic_window=page["dynamic_window"])
+  again = json.loads((rewritten / testtime.PAGE_JSON).read_text())
+  assert again["rows"] == page["rows"]
+  table_lines = lambda d: [l for l in (d / testtime.PAGE_MD).read_text().splitlines()
+                           if l.startswith("|")]
+  assert table_lines(rewritten) == table_lines(committed)
+  evaluated = [r for r in page["rows"] if r["results"] is not None]
+  assert evaluated
+  for row in evaluated:
+    cached = row["results"]["cache"]
+    assert cached["model_perplexity"] == pytest.approx(row["test_perplexity"], rel=1e-4)
+    no_cache = [p["perplexity"] for p in cached["grid"] if p["lambda"] == 0.0]
+    assert no_cache and no_cache[0] == pytest.approx(row["valid_perplexity"], rel=1e-4)
