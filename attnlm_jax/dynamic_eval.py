@@ -53,6 +53,8 @@ GRIDS = {"sgd": {"learning_rate": (0.1, 0.3, 1.0), "decay": (0.0, 0.01, 0.1)},
          "rms": {"learning_rate": (1e-4, 3e-4, 1e-3), "decay": (0.01, 0.03, 0.1)}}
 EPSILON = 2e-5        # Krause et al.'s epsilon of the RMS rule.
 STAT_BATCHES = 200    # At most this many training batches give MS_g.
+# What a window counts (plural, as results name it) -> the singular, for a window of 1.
+WINDOW_UNITS = {"sentences": "sentence", "document spans": "document span", "tokens": "token"}
 
 
 class DynamicEvalError(UserError):
@@ -273,7 +275,7 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
 
   Returns:
     {"split", "step", "method": "dynamic_sgd" or "dynamic_rms", "learning_rate", "decay",
-     "window", "window_unit" ("sentences", "document spans" or "tokens"), "fitted_on"
+     "window", "window_unit" (a key of WINDOW_UNITS), "fitted_on"
      (the split searched, None when both were given), "grid"
      ([{"learning_rate", "decay", "perplexity", "perplexity_paper_convention"}] on it),
      "perplexity", "perplexity_paper_convention" (dynamic), "model_perplexity",

@@ -100,9 +100,13 @@ def _hyperparameters(record: dict) -> list[str]:
   cached = found["cache"]
   dynamic = [found[f"dynamic_{rule}"] for rule in dynamic_eval.METHODS]
   return [record["name"], f"{cached['cache_theta']:g}, {cached['cache_lambda']:g}",
-          *(f"{d['learning_rate']:g}, {d['decay']:g} ({d['window']} "
-            f"{d['window_unit'] if d['window'] != 1 else d['window_unit'][:-1]})"
+          *(f"{d['learning_rate']:g}, {d['decay']:g} ({_count(d['window'], d['window_unit'])})"
             for d in dynamic)]
+
+
+def _count(number: int, unit: str) -> str:
+  """'35 tokens', '1 sentence': `number` of a dynamic_eval.WINDOW_UNITS unit."""
+  return f"{number} {unit if number != 1 else dynamic_eval.WINDOW_UNITS[unit]}"
 
 
 def format_markdown(page: dict) -> str:

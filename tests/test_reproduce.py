@@ -23,10 +23,6 @@ import tiny_config
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1")
 
 
-def _must_not_run(*args, **kwargs):
-  raise AssertionError(f"nothing should be trained or evaluated here: {args} {kwargs}")
-
-
 def _records(path) -> list[dict]:
   return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -134,7 +130,7 @@ def test_a_rerun_trains_nothing(demo, monkeypatch):
   workdir = demo[0]
   metrics = [workdir / name / logging_utils.METRICS_FILE for name in ("none", "single")]
   before = [_digest(path) for path in metrics]
-  monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
   summary = reproduce.run("demo", workdir)
   assert summary["trained"] == []
   assert summary["rows"] == {"none": "finished", "single": "finished"}
@@ -144,7 +140,7 @@ def test_a_rerun_trains_nothing(demo, monkeypatch):
 def test_a_row_directory_of_another_config_is_refused(demo, tmp_path, monkeypatch):
   (tmp_path / "none").mkdir()
   shutil.copy(demo[0] / "single" / checkpoints.CONFIG_FILE, tmp_path / "none")
-  monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
   with pytest.raises(reproduce.ReproduceError) as error:
     reproduce.run("demo", tmp_path, rows=["none"])
   message = str(error.value)
@@ -171,7 +167,7 @@ def test_the_config_check_ignores_paths_cadence_and_model_fields_added_since(dem
 def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp_path,
                                                                  capsys, monkeypatch):
   del shared_data  # The PTB files, read from the data root tests/conftest.py sets.
-  monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
   plan = reproduce.run("salton_ptb", tmp_path / "table", dry_run=True)["plan"]
   printed = capsys.readouterr().out
   assert [p["name"] for p in plan] == list(SALTON_ROWS)
@@ -259,7 +255,7 @@ def synthetic(monkeypatch):
                     paper=("wikitext2", "Averaging RNN-LM")),
   ))
   monkeypatch.setitem(reproduce.TABLES, "synthetic", table)
-  monkeypatch.setattr(train, "train_and_evaluate", _must_not_run)
+  monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
   return "synthetic"
 
 
@@ -369,24 +365,22 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
   markdown = (workdir / reproduce.RESULTS_MD).read_text()
   assert "| mixed | interpolation of none and single, weights 0.5, 0.5 | - | - |" in markdown
   assert "- `tagger`: POS tagging accuracy" in markdown
-  monkeypatch.setattr(reproduce.tagger, "train_tagger", _must_not_run)
-  monkeypatch.setattr(reproduce.ensemble, "interpolate", _must_not_run)
+  monkeypatch.setattr(reproduce.tagger, "train_tagger", tiny_config.must_not_run)
+  monkeypatch.setattr(reproduce.ensemble, "interpolate", tiny_config.must_not_run)
   assert reproduce.run("mixed", workdir)["trained"] == []
   monkeypatch.setitem(reproduce.TABLES, "mixed", table(16))
   with pytest.raises(reproduce.ReproduceError, match="model.hidden_size is 8 there, 16 here"):
     reproduce.run("mixed", workdir)
 
 
-COMMITTED = tiny_config.REPO / "docs" / "results"
-
-
-@pytest.mark.parametrize("table", sorted(p.name for p in COMMITTED.iterdir() if p.is_dir()))
+@pytest.mark.parametrize("table", sorted(p.name for p in tiny_config.COMMITTED_RESULTS.iterdir()
+                                            if p.is_dir()))
 def test_committed_pages_are_what_the_runner_writes_from_the_committed_logs(
     table, tmp_path, monkeypatch):
   """docs/results/<table>: rewritten from its rows' config.json and metrics.jsonl alone (no
   corpus, no checkpoint), the runner gives the committed rows (finished or still training)
   and Markdown table."""
-  committed = COMMITTED / table
+  committed = tiny_config.COMMITTED_RESULTS / table
   rewritten = tmp_path / "runs" / table
   shutil.copytree(committed, rewritten)
   monkeypatch.chdir(tmp_path)

@@ -336,26 +336,19 @@ def test_cli_refuses_the_cache_with_dynamic_evaluation(table_dir):
       "error: --cache and --dynamic are two methods: give one of them"]
 
 
-COMMITTED = tiny_config.REPO / "docs" / "results"
-
-
-def _must_not_run(*args, **kwargs):
-  raise AssertionError("the committed page must be rewritten from its saved results")
-
-
-@pytest.mark.parametrize("table", sorted(p.parent.name for p in
-                                         COMMITTED.glob(f"*/{testtime.PAGE_JSON}")))
+@pytest.mark.parametrize("table", sorted(
+    p.parent.name for p in tiny_config.COMMITTED_RESULTS.glob(f"*/{testtime.PAGE_JSON}")))
 def test_committed_testtime_pages_are_what_the_command_writes_from_the_committed_files(
     table, tmp_path, monkeypatch):
   """docs/results/<table>/testtime.md: rewritten from the rows' logs and their saved
   testtime.json alone (no checkpoint), the command gives the committed rows and tables; and
   each saved result was computed on the row's own trained model (its cache without weight,
   lambda = 0, gives the row's valid perplexity, and the model alone its test perplexity)."""
-  committed = COMMITTED / table
+  committed = tiny_config.COMMITTED_RESULTS / table
   rewritten = tmp_path / "runs" / table
   shutil.copytree(committed, rewritten)
   monkeypatch.chdir(tmp_path)
-  monkeypatch.setattr(testtime, "row_results", _must_not_run)
+  monkeypatch.setattr(testtime, "row_results", tiny_config.must_not_run)
   page = json.loads((committed / testtime.PAGE_JSON).read_text())
   rows = re.search(r"--rows=(\S+)", page["command"])
   testtime.run(table, rewritten, rows=rows.group(1) if rows else (),

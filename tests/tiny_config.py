@@ -5,6 +5,9 @@ import runpy
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
+# The committed results pages (docs/results/<table>/), which the tests rewrite from their files.
+COMMITTED_RESULTS = REPO / "docs" / "results"
+
 # Overrides of configs/demo.py: a 1 x 16 model, 50 batches of rows cut to 10 tokens per
 # epoch, 2 epochs.
 OVERRIDES = {
@@ -33,3 +36,8 @@ def flags(**overrides) -> list[str]:
   """The same config as command-line flags for `python -m attnlm_jax.main`."""
   merged = {**OVERRIDES, **{k.replace("__", "."): v for k, v in overrides.items()}}
   return ["--config=configs/demo.py"] + [f"--config.{k}={v}" for k, v in merged.items()]
+
+
+def must_not_run(*args, **kwargs):
+  """A stand-in for training or evaluation where a test must use saved results only."""
+  raise AssertionError(f"nothing should be trained or evaluated here: {args} {kwargs}")
