@@ -2,7 +2,8 @@
 
 Everything is written by process 0 only. In the workdir:
 - `metrics.jsonl`: one JSON object per line; a run starts with a `{"event": "start", ...}`
-  line holding the config and the parameter count, then one line per logged step or epoch;
+  line holding the config, the parameter count and where it runs (platform, devices, the
+  host's CPUs: `host_cpus`), then one line per logged step or epoch;
 - `tensorboard/`: event files (tensorboardX, no TensorFlow) with the same scalars and the
   config as text.
 On a terminal the progress is a tqdm bar (epoch, step, loss, tokens/s); when stderr is not a
@@ -101,6 +102,17 @@ def progress_bar(description: str, total: int | None = None, unit: str = "it") -
 def interactive() -> bool:
   """True when stderr is a terminal and not under CI: show a progress bar."""
   return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def host_cpus() -> int:
+  """The CPUs this process may run on: its affinity mask (`taskset -c`), else the host's.
+
+  XLA sizes its CPU thread pool by it, and the pool's size can change the order in which a
+  matmul's float32 products are summed: a CPU run is reproduced bitwise with the same number.
+  """
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
 
 
 class MetricWriter:

@@ -90,6 +90,9 @@ flags.DEFINE_list("rows", [], "reproduce, testtime: only these rows of --table (
                   "all).")
 flags.DEFINE_bool("dry_run", False, "reproduce: print the plan (rows, configs, estimated "
                   "tokens) and train nothing.")
+flags.DEFINE_bool("pages_only", False, "reproduce: train nothing; rewrite results.json, "
+                  "results.md and curves.png from what WORKDIR holds (rows still training "
+                  "shown running).")
 flags.DEFINE_integer("cache", 0, "evaluate: add a neural cache of this many (hidden state, "
                      "next word) pairs (0: none); testtime: the cache size (0: 2000).",
                      lower_bound=0)
@@ -234,7 +237,7 @@ def run(mode: str) -> None:
     return
   if mode == "reproduce":
     print(json.dumps(reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
-                                   dry_run=FLAGS.dry_run)))
+                                   dry_run=FLAGS.dry_run, pages_only=FLAGS.pages_only)))
     return
   if mode in ("train", "train_tagger"):
     if config is None:

@@ -19,7 +19,9 @@ validation perplexity so far and the last epoch's training time. When SIGTERM or
 the row in training (`preemption.Stopped`, after its checkpoint is saved), the results files
 are written with that row running and the exception goes on to the caller; rerunning the same
 command resumes the row. With `dry_run` it trains nothing and prints the plan: each row's
-command, epochs, training tokens, parameter count and status in `workdir`.
+command, epochs, training tokens, parameter count and status in `workdir`. With `pages_only`
+it trains nothing and rewrites the three files from what `workdir` holds (rows still training
+shown running): the pages of a table whose runs go on elsewhere.
 docs/reproduce.md maps the rows to papers.
 """
 
@@ -349,7 +351,7 @@ def _training_state(row_dir: epath.Path) -> dict:
   run = results.read_run(row_dir)
   state = {"status": FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
            "epochs_run": run["epochs_run"], "valid_curve": run["valid_curve"],
-           **{key: run[key] for key in results.RUN_KEYS}}
+           "ran_on": run["ran_on"], **{key: run[key] for key in results.RUN_KEYS}}
   if not run["finished"]:
     state.update(status=f"{RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
                  best_valid_perplexity=run["best_valid_perplexity"],
@@ -394,7 +396,7 @@ def row_record(row: Row, workdir: epath.Path, config) -> dict:
             "command": row_command(row, workdir), "status": NOT_STARTED, "params": None,
             "num_epochs": config.train.num_epochs if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
-            "paper": None, "differences": None}
+            "ran_on": [], "paper": None, "differences": None}
   record.update(row_state(row, workdir))
   if row.paper:
     paper = results.paper_result(*row.paper)
@@ -459,6 +461,16 @@ def _running_note(record: dict) -> str:
   return note + "."
 
 
+def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
+  """results.md's notes on where the rows trained: one line per place, naming its rows (the
+  rows whose logs do not say are left out)."""
+  places = {}
+  for record in rows:
+    for place in record["ran_on"]:
+      places.setdefault(place, []).append(f"`{record['name']}`")
+  return [f"- Trained on {place}: {', '.join(names)}." for place, names in places.items()]
+
+
 def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:
   """Each row's validation perplexity at every epoch relative to the `reference` row's, in
   percent ((row - reference) / reference x 100), for the epochs both have run:
@@ -499,6 +511,7 @@ def format_markdown(summary: dict) -> str:
   notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
            "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
+  notes += _ran_on_notes(summary["rows"])
   return "\n".join([
       f"# Table `{summary['table']}`: {summary['title']}", "",
       f"Reproduce with `{summary['command']}` (results of {summary['date']}).", "", table, "",
@@ -649,7 +662,8 @@ def _run_row(row: Row, workdir: epath.Path, config) -> None:
     (row_dir / INTERPOLATION_FILE).write_text(json.dumps(mixture, indent=1) + "\n")
 
 
-def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False) -> dict:
+def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
+        pages_only: bool = False) -> dict:
   """`--mode=reproduce`: trains the table's rows not yet finished and writes its results.
 
   Args:
@@ -657,11 +671,13 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False) ->
     workdir: the table's directory (local or gs://); row R trains in workdir/R.
     rows: the rows to run (default all); the rows they need are run too.
     dry_run: train nothing: print the plan (stdout) and return it.
+    pages_only: train nothing: write the results files of every row as workdir holds it.
 
   Returns:
     {"table", "workdir", "plan": [per row: "name", "kind", "command", "epochs",
      "tokens_per_epoch", "total_tokens", "params", "status", "note"]} with dry_run; else
-    {"table", "workdir", "files", "trained" (the rows run now), "rows": {name: status}}.
+    {"table", "workdir", "files", "trained" (the rows run now; none with pages_only),
+     "rows": {name: status}}.
 
   Raises:
     ReproduceError: an unknown table or row, or a row directory holding another config's
@@ -669,7 +685,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False) ->
     preemption.Stopped: SIGTERM or SIGINT stopped the row in training after saving it; the
       results files are written first, with that row running (rerunning resumes it).
   """
-  rows = rows.split(",") if isinstance(rows, str) else list(rows)
+  rows = rows.split(",") if isinstance(rows, str) and rows else list(rows)
   selected = select_rows(table, rows)
   workdir = epath.Path(str(workdir))
   configs = {row.name: row_config(row, workdir) for row in get_table(table).rows}
@@ -683,7 +699,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False) ->
              f"--table={table} --workdir={as_typed(workdir)}"
              + (f" --rows={','.join(rows)}" if rows else ""))
   trained, summary = [], None
-  for index, row in enumerate(selected, 1):
+  for index, row in enumerate([] if pages_only else selected, 1):
     status = row_state(row, workdir)["status"]
     if status == FINISHED:
       logging.info("%s: row %s (%d of %d) finished, skipped", table, row.name, index,

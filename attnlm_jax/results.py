@@ -14,7 +14,7 @@ printed one.
 import dataclasses
 import json
 import math
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from etils import epath
 from matplotlib import figure as figure_lib
@@ -141,6 +141,16 @@ def _last_epoch_seconds(epoch_records: Sequence[dict]) -> Optional[float]:
   return seconds[1] - seconds[0]
 
 
+def ran_on(start: Mapping[str, Any]) -> Optional[str]:
+  """Where a training session ran, from its start record: "cpu, 1 device, 2 host CPUs"; None
+  for a record that does not say (written before `platform` and `host_cpus` were logged)."""
+  if "platform" not in start:
+    return None
+  plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"
+  return (f"{start['platform']}, {plural(start['devices'], 'device')}, "
+          f"{plural(start['host_cpus'], 'host CPU')}")
+
+
 def read_run(workdir) -> dict:
   """The record of a run from its `metrics.jsonl`.
 
@@ -155,7 +165,9 @@ def read_run(workdir) -> dict:
      "best_valid_perplexity" (the lowest of the curve, standard rule; None before the first
      epoch) and "last_epoch_seconds" (the training seconds of the last epoch validated: the
      difference of its cumulative `train_seconds` and the epoch before's; None before the
-     first epoch or when the log does not record them)}.
+     first epoch or when the log does not record them), "ran_on" (where its sessions
+     trained, `ran_on` of each start record that says, without repeats: [] for logs from
+     before 2026-11-25)}.
   """
   workdir = epath.Path(str(workdir))
   path = workdir / logging_utils.METRICS_FILE
@@ -179,7 +191,8 @@ def read_run(workdir) -> dict:
           **{key: final.get(f"final_{key}") for key in RUN_KEYS},
           "num_epochs": config.get("train", {}).get("num_epochs"), "valid_curve": curve,
           "epochs_run": len(curve), "best_valid_perplexity": best[1],
-          "last_epoch_seconds": _last_epoch_seconds([epoch_records[e] for e, _ in curve])}
+          "last_epoch_seconds": _last_epoch_seconds([epoch_records[e] for e, _ in curve]),
+          "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts))))}
 
 
 def find_runs(root) -> list[epath.Path]:

@@ -212,7 +212,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, data: data_lib.LMData
   writer = logging_utils.MetricWriter(workdir, enabled=is_writer)
   writer.write_start(step, config.to_json_best_effort(sort_keys=True),
                      models.count_params(state["params"]),
-                     devices=jax.device_count(), train_batches=data.num_train_batches(),
+                     platform=jax.default_backend(), devices=jax.device_count(),
+                     host_cpus=logging_utils.host_cpus(),
+                     train_batches=data.num_train_batches(),
                      vocab_size=vocab_size,
                      unigram_valid_perplexity=losses.unigram_perplexity(
                          data.split("train").tokens, data.split("valid").tokens, vocab_size))

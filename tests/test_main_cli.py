@@ -1,8 +1,10 @@
-"""The command line: evaluate / score / generate output, and one-line errors."""
+"""The command line: evaluate / score / generate output, one-line errors, table pages."""
 
 import hashlib
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 
@@ -36,6 +38,23 @@ def _snapshot(path) -> dict:
   """Hash of every file under `path`, to show nothing was written."""
   return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
           for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_the_start_record_says_where_the_run_trained(workdir):
+  start = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
+  assert start["event"] == "start"
+  assert (start["platform"], start["devices"]) == ("cpu", 2)   # tests/conftest.py's devices
+  assert start["host_cpus"] == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
+def test_host_cpus_are_those_the_process_may_use():
+  """They size XLA's CPU thread pool, and with it the order of float32 sums: one CPU under
+  `taskset -c 0`, whatever the host has."""
+  done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
+                         "from attnlm_jax import logging_utils; print(logging_utils.host_cpus())"],
+                        capture_output=True, text=True, timeout=120, check=True)
+  assert done.stdout.split() == ["1"]
 
 
 def test_evaluate_prints_one_json_object_last(valid_result):
@@ -97,3 +116,25 @@ def test_analyze_writes_heatmap_entropy_and_probe_files(workdir, tmp_path):
   assert {"attention.png", "attention.json", "entropy.png", "entropy.json"} <= written
   assert any(name.startswith("probe") and name.endswith(".png") for name in written)
   assert summary
+
+
+def test_pages_only_rewrites_a_table_in_training_and_trains_nothing(tmp_path):
+  """--mode=reproduce --pages_only on a copy of the committed salton_ptb table, whose rows are
+  still training (no checkpoints): the pages are written again, the logs left as they were."""
+  committed = tiny_config.COMMITTED_RESULTS / "salton_ptb"
+  workdir = tmp_path / "salton_ptb"
+  shutil.copytree(committed, workdir)
+  pages = ("results.json", "results.md", "curves.png")
+  for name in pages:
+    (workdir / name).unlink()
+  logs = _snapshot(workdir)
+  result = _main("--mode=reproduce", "--table=salton_ptb", f"--workdir={workdir}",
+                 "--pages_only")
+  summary = json.loads(result.stdout.splitlines()[-1])
+  statuses = {r["name"]: r["status"]
+              for r in json.loads((committed / "results.json").read_text())["rows"]}
+  assert summary["trained"] == [] and summary["rows"] == statuses
+  assert any(status.startswith("running") for status in statuses.values())
+  assert all((workdir / name).exists() for name in pages)
+  assert {path: digest for path, digest in _snapshot(workdir).items()
+          if path in logs} == logs

@@ -4,6 +4,7 @@ definitions."""
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 from typing import Optional
@@ -123,6 +124,10 @@ def test_run_writes_results_json_md_and_curves(demo):
     assert row["paper"] is None and cells[8:] == ["-"] * 4
     assert "best_valid_perplexity" not in row and "(so far)" not in line
   assert "still training" not in "\n".join(markdown)
+  host_cpus = len(os.sched_getaffinity(0))   # tests/conftest.py: 2 devices on the host's CPUs
+  place = f"cpu, 2 devices, {host_cpus} host CPU{'' if host_cpus == 1 else 's'}"
+  assert [row["ran_on"] for row in table["rows"]] == [[place], [place]]
+  assert f"- Trained on {place}: `none`, `single`." in markdown
   assert (workdir / reproduce.CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -377,23 +382,25 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
                                             if p.is_dir()))
 def test_committed_pages_are_what_the_runner_writes_from_the_committed_logs(
     table, tmp_path, monkeypatch):
-  """docs/results/<table>: rewritten from its rows' config.json and metrics.jsonl alone (no
-  corpus, no checkpoint), the runner gives the committed rows (finished or still training)
-  and Markdown table."""
+  """docs/results/<table>: its own command with `--pages_only` (no corpus, no checkpoint,
+  nothing trained) rewrites the committed rows (finished or still training) and Markdown
+  table from the rows' config.json and metrics.jsonl alone."""
   committed = tiny_config.COMMITTED_RESULTS / table
   rewritten = tmp_path / "runs" / table
   shutil.copytree(committed, rewritten)
   monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
   assert any((committed / row.name / logging_utils.METRICS_FILE).exists()
              for row in reproduce.TABLES[table].rows)
-  # Rows still training are not resumed here (no corpus, no checkpoint): the page is written
-  # as the runner writes it after every row.
-  configs = {row.name: reproduce.row_config(row, rewritten)
-             for row in reproduce.TABLES[table].rows}
-  command = json.loads((committed / reproduce.RESULTS_JSON).read_text())["command"]
-  reproduce.write_results(table, rewritten, configs, command)
-  read = lambda d: json.loads((d / reproduce.RESULTS_JSON).read_text())["rows"]
-  assert read(rewritten) == read(committed)
+  read = lambda d: json.loads((d / reproduce.RESULTS_JSON).read_text())
+  flags = dict(arg[2:].split("=") for arg in read(committed)["command"].split()[3:])
+  assert flags.pop("mode") == "reproduce" and flags.pop("table") == table
+  summary = reproduce.run(table, flags.pop("workdir"), rows=flags.pop("rows", ""),
+                          pages_only=True)
+  assert not flags and summary["trained"] == []
+  assert read(rewritten)["command"] == read(committed)["command"]
+  assert read(rewritten)["rows"] == read(committed)["rows"]
+  assert summary["rows"] == {row["name"]: row["status"] for row in read(committed)["rows"]}
   table_lines = lambda d: [l for l in (d / reproduce.RESULTS_MD).read_text().splitlines()
                            if l.startswith("|")]
   assert table_lines(rewritten) == table_lines(committed)

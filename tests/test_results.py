@@ -50,6 +50,21 @@ def test_read_run_keeps_the_last_validation_of_each_epoch(tmp_path):
   assert run["num_epochs"] == 4 and not run["finished"]
 
 
+def test_ran_on_lists_each_place_a_run_trained_once(tmp_path):
+  config = {"data": {"corpus": "ptb"}, "train": {"num_epochs": 4},
+            "model": {"score": "none", "hidden_size": 8, "num_layers": 1}}
+  start = lambda step, **where: {"event": "start", "step": step, "num_params": 10,
+                                 "devices": 1, **where, "config": config}
+  records = [start(0),                                              # a log from before
+             start(3, platform="cpu", host_cpus=1),
+             start(6, platform="gpu", host_cpus=16),
+             start(9, platform="cpu", host_cpus=1)]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  assert results.read_run(tmp_path)["ran_on"] == ["cpu, 1 device, 1 host CPU",
+                                                  "gpu, 1 device, 16 host CPUs"]
+  assert results.ran_on(records[0]) is None
+
+
 @pytest.mark.parametrize("low, high, expected", [
     (89.3, 172.0, [80, 90, 100, 120, 140, 160, 180]),
     (58.0, 1000.0, [50, 100, 200, 300, 500, 1000]),
