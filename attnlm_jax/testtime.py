@@ -104,6 +104,36 @@ def _hyperparameters(record: dict) -> list[str]:
             for d in dynamic)]
 
 
+# Each method's name on the page, and its chosen value of each grid axis in its results.
+METHOD_NAMES = {"cache": "cache", "dynamic_sgd": "SGD", "dynamic_rms": "RMS"}
+AXIS_KEYS = {"theta": "cache_theta", "lambda": "cache_lambda"}
+
+
+def edge_choices(results_of_row: dict) -> list[str]:
+  """The hyperparameters chosen at an edge of their grid, where the best point may lie
+  beyond it: "SGD learning rate 1, the largest of 0.1, 0.3, 1". A grid's smallest value is
+  an edge only when above zero (no decay, no cache weight and theta 0 are bounds)."""
+  edges = []
+  for method, name in METHOD_NAMES.items():
+    for axis, grid in results_of_row["grids"][method].items():
+      chosen = results_of_row[method][AXIS_KEYS.get(axis, axis)]
+      if len(grid) < 2 or min(grid) < chosen < max(grid):
+        continue
+      if chosen == max(grid) or min(grid) > 0:
+        side = "largest" if chosen == max(grid) else "smallest"
+        edges.append(f"{name} {axis.replace('_', ' ')} {chosen:g}, the {side} of "
+                     f"{', '.join(f'{value:g}' for value in grid)}")
+  return edges
+
+
+def _edge_notes(rows: Sequence[dict]) -> list[str]:
+  """testtime.md's notes on the rows' choices at the edges of their grids."""
+  notes = [f"- `{r['name']}`: {'; '.join(edge_choices(r['results']))}."
+           for r in rows if r["results"] is not None and edge_choices(r["results"])]
+  return ["Chosen at an edge of its grid (the best point may lie beyond it):", "", *notes,
+          ""] if notes else []
+
+
 def _count(number: int, unit: str) -> str:
   """'35 tokens', '1 sentence': `number` of a dynamic_eval.WINDOW_UNITS unit."""
   return f"{number} {unit if number != 1 else dynamic_eval.WINDOW_UNITS[unit]}"
@@ -127,6 +157,7 @@ def format_markdown(page: dict) -> str:
       results.markdown_table(("row", "cache theta, lambda", "SGD learning rate, decay "
                               "(window)", "RMS learning rate, decay (window)"),
                              [_hyperparameters(r) for r in page["rows"]]), "",
+      *_edge_notes(page["rows"]),
       "`model`: the row's own evaluation (`results.md`). A method's valid number is that of "
       "its chosen grid point, its test number that of the same hyperparameters on test. "
       "Dynamic evaluation reads a stream-protocol split as one stream (batch 1); its "

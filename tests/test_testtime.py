@@ -310,6 +310,27 @@ def test_page_of_a_table(table_dir, monkeypatch):
   assert [p["lambda"] for p in again["cache"]["grid"]] == [0.0, 0.2, 0.0, 0.2]
 
 
+def test_choices_at_the_edges_of_their_grids_are_named():
+  grids = {"cache": {"theta": [0.0, 0.5, 1.0], "lambda": [0.0, 0.1, 0.2]},
+           "dynamic_sgd": {"learning_rate": [0.1, 1.0], "decay": [0.0, 0.1]},
+           "dynamic_rms": {"learning_rate": [1e-4, 1e-3], "decay": [0.01]}}
+  chosen = {"grids": grids, "cache": {"cache_theta": 1.0, "cache_lambda": 0.0},
+            "dynamic_sgd": {"learning_rate": 0.1, "decay": 0.0},
+            "dynamic_rms": {"learning_rate": 1e-4, "decay": 0.01}}
+  # theta at the top; lambda 0 and decay 0 are bounds, not edges; a one-point grid has none.
+  assert testtime.edge_choices(chosen) == ["cache theta 1, the largest of 0, 0.5, 1",
+                                           "SGD learning rate 0.1, the smallest of 0.1, 1",
+                                           "RMS learning rate 0.0001, the smallest of "
+                                           "0.0001, 0.001"]
+  page = {"table": "demo", "title": "t", "command": "c", "date": "d", "cache_size": 2000,
+          "rows": [{"name": "none", "status": "finished", "results": None},
+                   {"name": "single", "status": "finished", "results": chosen}]}
+  assert testtime._edge_notes(page["rows"]) == [
+      "Chosen at an edge of its grid (the best point may lie beyond it):", "",
+      "- `single`: cache theta 1, the largest of 0, 0.5, 1; SGD learning rate 0.1, the "
+      "smallest of 0.1, 1; RMS learning rate 0.0001, the smallest of 0.0001, 0.001.", ""]
+
+
 def test_cli_evaluate_with_a_cache_and_with_dynamic_evaluation(table_dir):
   workdir = table_dir / "none"
   result = _main("--mode=evaluate", f"--workdir={workdir}", "--split=test", "--cache=100",
