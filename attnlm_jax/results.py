@@ -142,12 +142,16 @@ def _last_epoch_seconds(epoch_records: Sequence[dict]) -> Optional[float]:
 
 
 def ran_on(start: Mapping[str, Any]) -> Optional[str]:
-  """Where a training session ran, from its start record: "cpu, 1 device, 2 host CPUs"; None
-  for a record that does not say (written before `platform` and `host_cpus` were logged)."""
+  """Where a training session ran, from its start record: "cpu, 1 device, 2 host CPUs", with
+  an accelerator's name ("gpu (NVIDIA H100 80GB HBM3), 1 device, 16 host CPUs"); None for a
+  record that does not say (written before `platform` and `host_cpus` were logged)."""
   if "platform" not in start:
     return None
   plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"
-  return (f"{start['platform']}, {plural(start['devices'], 'device')}, "
+  kind = start.get("device_kind")
+  platform = start["platform"] if start["platform"] == "cpu" or not kind else (
+      f"{start['platform']} ({kind})")
+  return (f"{platform}, {plural(start['devices'], 'device')}, "
           f"{plural(start['host_cpus'], 'host CPU')}")
 
 

@@ -213,6 +213,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, data: data_lib.LMData
   writer.write_start(step, config.to_json_best_effort(sort_keys=True),
                      models.count_params(state["params"]),
                      platform=jax.default_backend(), devices=jax.device_count(),
+                     device_kind=jax.devices()[0].device_kind,
                      host_cpus=logging_utils.host_cpus(),
                      train_batches=data.num_train_batches(),
                      vocab_size=vocab_size,
