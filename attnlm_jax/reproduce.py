@@ -31,7 +31,7 @@ import functools
 import json
 import os
 import pathlib
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from absl import logging
 from etils import epath
@@ -205,6 +205,12 @@ def get_table(name: str) -> Table:
   if name not in TABLES:
     raise ReproduceError(f"unknown table {name!r}: choose --table from {', '.join(TABLES)}")
   return TABLES[name]
+
+
+def row_names(rows: Union[str, Sequence[str]]) -> list[str]:
+  """A `rows` argument as a list: a sequence of names, or one comma-separated string ("" is
+  none)."""
+  return (rows.split(",") if rows else []) if isinstance(rows, str) else list(rows)
 
 
 def select_rows(name: str, rows: Sequence[str] = ()) -> list[Row]:
@@ -685,7 +691,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
     preemption.Stopped: SIGTERM or SIGINT stopped the row in training after saving it; the
       results files are written first, with that row running (rerunning resumes it).
   """
-  rows = rows.split(",") if isinstance(rows, str) and rows else list(rows)
+  rows = row_names(rows)
   selected = select_rows(table, rows)
   workdir = epath.Path(str(workdir))
   configs = {row.name: row_config(row, workdir) for row in get_table(table).rows}

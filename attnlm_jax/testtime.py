@@ -128,8 +128,8 @@ def edge_choices(results_of_row: dict) -> list[str]:
 
 def _edge_notes(rows: Sequence[dict]) -> list[str]:
   """testtime.md's notes on the rows' choices at the edges of their grids."""
-  notes = [f"- `{r['name']}`: {'; '.join(edge_choices(r['results']))}."
-           for r in rows if r["results"] is not None and edge_choices(r["results"])]
+  edges = {r["name"]: edge_choices(r["results"]) for r in rows if r["results"] is not None}
+  notes = [f"- `{name}`: {'; '.join(choices)}." for name, choices in edges.items() if choices]
   return ["Chosen at an edge of its grid (the best point may lie beyond it):", "", *notes,
           ""] if notes else []
 
@@ -183,7 +183,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
      status}}.
   """
   cache.check(cache_size, None, None)
-  rows = rows.split(",") if isinstance(rows, str) else list(rows)
+  rows = reproduce.row_names(rows)
   selected = {row.name for row in reproduce.select_rows(table, rows)}
   workdir = epath.Path(str(workdir))
   records, evaluated = [], []

@@ -206,6 +206,10 @@ def test_rows_bring_the_rows_they_need(tmp_path):
   assert names(reproduce.select_rows("demo")) == ["none", "single"]
   plan = reproduce.run("demo", tmp_path, rows=["single"], dry_run=True)["plan"]
   assert [p["name"] for p in plan] == ["single"]
+  for rows, expected in (("single", ["single"]), ("none,single", ["none", "single"]),
+                         ("", ["none", "single"])):     # "" selects no row: all of them
+    plan = reproduce.run("demo", tmp_path, rows=rows, dry_run=True)["plan"]
+    assert [p["name"] for p in plan] == expected, rows
   das = reproduce.TABLES["das"].rows
   command = reproduce.row_command(das[5], tmp_path)
   assert f"--config.data.tagger_dir={tmp_path / 'tagger'}" in command
