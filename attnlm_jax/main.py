@@ -84,8 +84,8 @@ flags.DEFINE_multi_string("sentences", [], "analyze: a sentence to draw (repeat 
 flags.DEFINE_list("probes", [], "analyze: agreement probe files, JSON lines (default: the "
                   "embedded corpus's set).")
 flags.DEFINE_string("table", None, "reproduce: the table to reproduce (zaremba, salton_ptb, "
-                    "salton_wt2, das, ptb_cpu, precision, demo; docs/reproduce.md); its rows train in "
-                    "WORKDIR/<row>; testtime: the table whose rows to evaluate.")
+                    "salton_wt2, das, ptb_cpu, precision, demo; docs/reproduce.md); its rows "
+                    "train in WORKDIR/<row>; testtime: the table whose rows to evaluate.")
 flags.DEFINE_list("rows", [], "reproduce, testtime: only these rows of --table (default: "
                   "all).")
 flags.DEFINE_bool("dry_run", False, "reproduce: print the plan (rows, configs, estimated "

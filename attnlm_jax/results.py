@@ -149,8 +149,8 @@ def ran_on(start: Mapping[str, Any]) -> Optional[str]:
     return None
   plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"
   kind = start.get("device_kind")
-  platform = start["platform"] if start["platform"] == "cpu" or not kind else (
-      f"{start['platform']} ({kind})")
+  platform = (f"{start['platform']} ({kind})" if kind and kind != start["platform"]
+              else start["platform"])
   return (f"{platform}, {plural(start['devices'], 'device')}, "
           f"{plural(start['host_cpus'], 'host CPU')}")
 

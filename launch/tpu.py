@@ -412,8 +412,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string("config", None, "Config file inside the project, read on each worker "
                       "(e.g. configs/demo.py or configs/ptb.py:score=single).", **define)
   flags.DEFINE_string("workdir", None, "Training workdir; gs://BUCKET/PATH (required for a "
-                      "multi-host slice), or a path on a single host's disk (a relative one is inside "
-                      "--remote_dir, where training runs on worker 0).", **define)
+                      "multi-host slice), or a path on a single host's disk (a relative one is "
+                      "inside --remote_dir, where training runs on worker 0).", **define)
   flags.DEFINE_string("zone", None, "Zone of the TPU, e.g. us-central2-b.", **define)
   flags.DEFINE_string("project", "", "Google Cloud project; default: gcloud's.", **define)
   flags.DEFINE_string("name", "", "TPU VM name; default: attnlm-ACCELERATOR_TYPE.", **define)

@@ -214,8 +214,9 @@ def test_a_second_run_on_the_workdir_is_refused_and_the_first_goes_on(tmp_path, 
     first.send_signal(signal.SIGCONT)
   lines = second.stderr.strip().splitlines()
   assert second.returncode == 1 and len(lines) == 1, second.stderr[-3000:]
-  assert re.fullmatch(rf"error: {re.escape(str(workdir))} is in use by the training run of pid {first.pid} on "
-                      rf"{re.escape(socket.gethostname())}, started .*: wait for it to end.*",
+  assert re.fullmatch(rf"error: {re.escape(str(workdir))} is in use by the training run of pid "
+                      rf"{first.pid} on {re.escape(socket.gethostname())}, started .*: "
+                      rf"wait for it to end.*",
                       lines[0]), lines[0]
   assert first.wait(timeout=300) == 0, first.stderr.read()[-3000:]
   assert len(_starts(workdir)) == 1

@@ -47,7 +47,8 @@ def fresh_clone(tmp_path_factory):
   venv = root / "venv"
   subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
   child_purelib = subprocess.run(
-      [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+      [str(venv / "bin" / "python"), "-c",
+       "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
       check=True, capture_output=True, text=True).stdout.strip()
   pathlib.Path(child_purelib, "parent_environment.pth").write_text(
       "\n".join({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}) + "\n")

@@ -60,8 +60,8 @@ def test_ran_on_lists_each_place_a_run_trained_once(tmp_path):
              start(6, platform="gpu", host_cpus=16, device_kind="NVIDIA H100 80GB HBM3"),
              start(9, platform="cpu", host_cpus=1, device_kind="cpu")]
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-  assert results.read_run(tmp_path)["ran_on"] == ["cpu, 1 device, 1 host CPU",
-                                                  "gpu (NVIDIA H100 80GB HBM3), 1 device, 16 host CPUs"]
+  assert results.read_run(tmp_path)["ran_on"] == [
+      "cpu, 1 device, 1 host CPU", "gpu (NVIDIA H100 80GB HBM3), 1 device, 16 host CPUs"]
   assert results.ran_on(records[0]) is None
 
 
