@@ -238,8 +238,13 @@ def comparison_table(workdirs: Sequence) -> list[dict]:
 
 
 def format_number(value) -> str:
-  """A table cell: "-" for None, floats (perplexities) to one decimal, anything else as is."""
-  return "-" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
+  """A table cell: "-" for None, floats (perplexities) to one decimal ("diverged" for one
+  that is not finite), anything else as is."""
+  if value is None:
+    return "-"
+  if isinstance(value, float):
+    return f"{value:.1f}" if math.isfinite(value) else "diverged"
+  return str(value)
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -15,6 +15,7 @@ chosen on the validation split by its grid search. It writes
 
 import datetime
 import json
+import math
 from typing import Optional, Sequence
 
 from absl import logging
@@ -101,7 +102,14 @@ def _hyperparameters(record: dict) -> list[str]:
   dynamic = [found[f"dynamic_{rule}"] for rule in dynamic_eval.METHODS]
   return [record["name"], f"{cached['cache_theta']:g}, {cached['cache_lambda']:g}",
           *(f"{d['learning_rate']:g}, {d['decay']:g} ({_count(d['window'], d['window_unit'])})"
-            for d in dynamic)]
+            if _converged(d) else "none: every point diverged" for d in dynamic)]
+
+
+def _converged(result: dict) -> bool:
+  """Whether a method's chosen grid point has a finite valid perplexity (with no grid, the
+  hyperparameters were given and nothing was chosen)."""
+  valid = _valid(result, "perplexity")
+  return valid is None or math.isfinite(valid)
 
 
 # Each method's name on the page, and its chosen value of each grid axis in its results.
@@ -159,7 +167,8 @@ def format_markdown(page: dict) -> str:
                              [_hyperparameters(r) for r in page["rows"]]), "",
       *_edge_notes(page["rows"]),
       "`model`: the row's own evaluation (`results.md`). A method's valid number is that of "
-      "its chosen grid point, its test number that of the same hyperparameters on test. "
+      "its chosen grid point, its test number that of the same hyperparameters on test; "
+      "`diverged`: not finite (the adapted model's log-probabilities overflowed). "
       "Dynamic evaluation reads a stream-protocol split as one stream (batch 1); its "
       "`model_perplexity` in testtime.json is the trained model over those same windows.",
       ""])

@@ -2,6 +2,7 @@
 their causality, the command line and the page of a table (`--mode=testtime`)."""
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -329,6 +330,27 @@ def test_choices_at_the_edges_of_their_grids_are_named():
       "Chosen at an edge of its grid (the best point may lie beyond it):", "",
       "- `single`: cache theta 1, the largest of 0, 0.5, 1; SGD learning rate 0.1, the "
       "smallest of 0.1, 1; RMS learning rate 0.0001, the smallest of 0.0001, 0.001.", ""]
+
+
+def test_a_method_that_diverges_at_every_grid_point_reads_diverged(model, monkeypatch):
+  monkeypatch.setattr(dynamic_eval, "GRIDS", {"sgd": {"learning_rate": (1e6,),
+                                                      "decay": (0.0,)}})
+  diverged = dynamic_eval.evaluate_split(model, "test", "sgd", window=50)
+  assert diverged["grid"][0]["perplexity"] == diverged["perplexity"] == math.inf
+  cached = {"cache_theta": 0.5, "cache_lambda": 0.1, "perplexity": 39.0,
+            "perplexity_paper_convention": 29.0,
+            "grid": [{"perplexity": 40.0, "perplexity_paper_convention": 30.0}]}
+  grids = {"cache": {"theta": [0.5], "lambda": [0.1]},
+           "dynamic_sgd": {"learning_rate": [1e6], "decay": [0.0]},
+           "dynamic_rms": {"learning_rate": [1e6], "decay": [0.0]}}
+  row = {"name": "single", "status": "finished", "valid_perplexity": 50.0,
+         "test_perplexity": 48.0, "results": {"grids": grids, "cache": cached,
+                                              "dynamic_sgd": diverged, "dynamic_rms": diverged}}
+  text = testtime.format_markdown({"table": "demo", "title": "t", "command": "c", "date": "d",
+                                   "cache_size": 100, "rows": [row]})
+  assert ("| single | 50.0 / 48.0 | 40.0 / 39.0 | diverged / diverged | diverged / diverged |"
+          in text)
+  assert "| single | 0.5, 0.1 | none: every point diverged | none: every point diverged |" in text
 
 
 def test_cli_evaluate_with_a_cache_and_with_dynamic_evaluation(table_dir):
