@@ -29,6 +29,7 @@ from attnlm_jax import ensemble
 from attnlm_jax import evaluate
 from attnlm_jax import losses
 from attnlm_jax import models
+from attnlm_jax import nn
 from attnlm_jax import parallel
 from attnlm_jax import steps
 from attnlm_jax.data import pipeline
@@ -123,7 +124,7 @@ def _cache_log_probs(hidden, words, theta, *, size: int, block: int):
     block_keys = jax.lax.dynamic_slice_in_dim(keys, first, size + block)
     block_words = jax.lax.dynamic_slice_in_dim(key_words, first, size + block)
     in_cache = (lags >= 1) & (lags <= size) & (first + jnp.arange(size + block) >= size)
-    scores = jnp.matmul(queries, block_keys.T, precision=jax.lax.Precision.HIGHEST)
+    scores = jnp.matmul(queries, block_keys.T, precision=nn.PRECISION)
     logits = jnp.where(in_cache, theta * scores, -jnp.inf)
     log_norm = jax.nn.logsumexp(logits, axis=1)
     same_word = block_words[None, :] == query_words[:, None]

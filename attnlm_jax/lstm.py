@@ -121,8 +121,8 @@ def _recurrence_bwd(compute_dtype, unroll, residuals, cotangents):
   d_state, dz = jax.lax.scan(step, d_final, (d_hs, c_prev, cs, activations), reverse=True,
                              unroll=unroll)
   h_prev = jnp.concatenate([state.h[None], hs[:-1]])
-  d_w = jnp.einsum("tbh,tbg->hg", h_prev.astype(compute_dtype), dz.astype(compute_dtype),
-                   preferred_element_type=jnp.float32)
+  d_w = nn.einsum("tbh,tbg->hg", h_prev.astype(compute_dtype), dz.astype(compute_dtype),
+                  preferred_element_type=jnp.float32)
   return d_w, dz, d_state
 
 

@@ -9,6 +9,18 @@ import jax.numpy as jnp
 # Large negative score for masked slots: exp() of it underflows to exactly 0 in float32.
 _MASKED_SCORE = -1e9
 
+# The precision of every matmul of the models: that of its inputs' dtype. float32 inputs are
+# multiplied in float32 on TPUs and GPUs too, whose default rounds them to bfloat16 (TPUs) or
+# TF32 (GPUs since Ampere), so that `compute_dtype=float32` means float32 everywhere; bfloat16
+# inputs (`compute_dtype=bfloat16`, the fast path) are exact in one bfloat16 pass. On a CPU,
+# which multiplies float32 in float32 anyway, it changes no bit.
+PRECISION = jax.lax.Precision.HIGHEST
+
+
+def einsum(subscripts: str, *operands: jax.Array, **kwargs) -> jax.Array:
+  """`jnp.einsum` at `PRECISION` (its gradients too: autodiff keeps the precision)."""
+  return jnp.einsum(subscripts, *operands, precision=PRECISION, **kwargs)
+
 
 def dot(x: jax.Array, w: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
   """`x @ w` (x [..., D], w [D, N]) with inputs cast to `compute_dtype`, float32 accumulation
@@ -31,8 +43,8 @@ def dot_transposed(x: jax.Array, w: jax.Array, compute_dtype=jnp.float32) -> jax
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _dot(x, w, compute_dtype, w_axes: str):
-  return jnp.einsum(f"...d,{w_axes}->...n", x.astype(compute_dtype), w.astype(compute_dtype),
-                    preferred_element_type=jnp.float32)
+  return einsum(f"...d,{w_axes}->...n", x.astype(compute_dtype), w.astype(compute_dtype),
+                preferred_element_type=jnp.float32)
 
 
 def _dot_fwd(x, w, compute_dtype, w_axes):
@@ -42,9 +54,9 @@ def _dot_fwd(x, w, compute_dtype, w_axes):
 def _dot_bwd(compute_dtype, w_axes, residuals, g):
   x, w = residuals
   rows = lambda a: a.reshape(-1, a.shape[-1]).astype(compute_dtype)      # [..., K] -> [M, K]
-  dx = jnp.einsum(f"...n,{w_axes}->...d", g.astype(compute_dtype), w.astype(compute_dtype),
-                  preferred_element_type=jnp.float32)
-  dw = jnp.einsum(f"md,mn->{w_axes}", rows(x), rows(g), preferred_element_type=jnp.float32)
+  dx = einsum(f"...n,{w_axes}->...d", g.astype(compute_dtype), w.astype(compute_dtype),
+              preferred_element_type=jnp.float32)
+  dw = einsum(f"md,mn->{w_axes}", rows(x), rows(g), preferred_element_type=jnp.float32)
   return dx.astype(x.dtype), dw.astype(w.dtype)
 
 

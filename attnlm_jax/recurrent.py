@@ -82,7 +82,7 @@ def das_scores(params: dict, inputs: jax.Array, h_prev: jax.Array,
   """
   keys = nn.dot(inputs, params["w_w"], compute_dtype)                          # [B, L, A]
   query = nn.dot(h_prev, params["w_h"], compute_dtype) + params["b_att"]       # [B, A]
-  return jnp.einsum("bla,a->bl", jnp.tanh(keys + query[:, None]), params["v"])
+  return nn.einsum("bla,a->bl", jnp.tanh(keys + query[:, None]), params["v"])
 
 
 def lstmn_scores(params: dict, tape_h: jax.Array, x: jax.Array, read_prev: jax.Array,
@@ -94,12 +94,12 @@ def lstmn_scores(params: dict, tape_h: jax.Array, x: jax.Array, read_prev: jax.A
   keys = nn.dot(tape_h, params["w_h"], compute_dtype)                          # [B, L, H]
   query = (nn.dot(x, params["w_x"], compute_dtype)
            + nn.dot(read_prev, params["w_r"], compute_dtype))                   # [B, H]
-  return jnp.einsum("blh,h->bl", jnp.tanh(keys + query[:, None]), params["v"])
+  return nn.einsum("blh,h->bl", jnp.tanh(keys + query[:, None]), params["v"])
 
 
 def weighted_sum(weights: jax.Array, states: jax.Array) -> jax.Array:
   """Cao & Yu eqs. 3 and 8: sum_i a_i s_i, weights [B, L] x states [B, L, D] -> [B, D]."""
-  return jnp.einsum("bl,bld->bd", weights, states)
+  return nn.einsum("bl,bld->bd", weights, states)
 
 
 def das_read(params: dict, inputs: memory_lib.Memory, h_prev: jax.Array,

@@ -32,7 +32,7 @@ from attnlm_jax.errors import ConfigError
 def single_key(params: dict, memory, compute_dtype=jnp.float32):
   """The `single` score of each slot, e_i = v . tanh(W_s h_i): memory [B, L, H] -> [B, L]."""
   keys = jnp.tanh(nn.dot(memory, params["w_s"], compute_dtype))
-  return jnp.einsum("blh,h->bl", keys, params["v"])
+  return nn.einsum("blh,h->bl", keys, params["v"])
 
 
 def single(params: dict, query, memory, mask, compute_dtype=jnp.float32, keys=None):
@@ -60,7 +60,7 @@ def combined(params: dict, query, memory, mask, compute_dtype=jnp.float32, keys=
   keys = combined_key(params, memory, compute_dtype) if keys is None else keys
   queries = nn.dot(query, params["w_q"], compute_dtype)               # [B, T, H]
   hidden = jnp.tanh(keys[:, None, :, :] + queries[:, :, None, :])    # [B, T, L, H]
-  weights = nn.masked_softmax(jnp.einsum("btlh,h->btl", hidden, params["v"]), mask)
+  weights = nn.masked_softmax(nn.einsum("btlh,h->btl", hidden, params["v"]), mask)
   return _weighted_sum(weights, memory), weights
 
 
@@ -89,7 +89,7 @@ def conv1x1(params: dict, query, memory, mask, compute_dtype=jnp.float32, keys=N
 
 def _weighted_sum(weights: jax.Array, memory: jax.Array) -> jax.Array:
   """c_t = sum_i a_ti h_i as one batched matmul: [B, T, L] x [B, L, H] -> [B, T, H]."""
-  return jnp.einsum("btl,blh->bth", weights, memory)
+  return nn.einsum("btl,blh->bth", weights, memory)
 
 
 def attend_in_blocks(score: "Score", params: dict, query, memory, mask,

@@ -222,7 +222,7 @@ def apply(params: dict, config, words: jax.Array, suffix_ids: jax.Array, *,
     _, inputs = lstm.scan_layer(layer, gates_x, lstm.zero_state(words.shape[0],
                                                                  config.hidden_size))
   outputs = dropout(jnp.swapaxes(inputs, 0, 1))                               # [B, T, H]
-  return outputs @ params["out_w"] + params["out_b"]
+  return jnp.matmul(outputs, params["out_w"], precision=nn.PRECISION) + params["out_b"]
 
 
 def _loss(params, config, batch, rng):
