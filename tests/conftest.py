@@ -1,11 +1,22 @@
-"""Test-wide settings: two host CPU devices so data-parallel code runs on a CPU machine, and
-the corpora read from `../shared/data` when it exists (the configs' data root)."""
+"""Test-wide settings: two host CPU devices so data-parallel code runs on a CPU machine, one
+persistent XLA compilation cache, and the corpora read from `../shared/data` when it exists
+(the configs' data root)."""
 
+import getpass
 import os
 import pathlib
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Most tests compile the same tiny models' steps, many in processes of their own (training
+# runs, kills and resumes): one compilation cache for the session's workers and every process
+# they start compiles each program once. A cached program is the compiled program itself, so
+# no result changes.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(
+    pathlib.Path(tempfile.gettempdir()) / f"attnlm_jax_tests_xla_cache_{getpass.getuser()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest  # noqa: E402
 
