@@ -12,11 +12,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Most tests compile the same tiny models' steps, many in processes of their own (training
 # runs, kills and resumes): one compilation cache for the session's workers and every process
 # they start compiles each program once. A cached program is the compiled program itself, so
-# no result changes.
+# no result changes. A size limit turns on the cache's file lock (the `filelock` package of
+# the test extra), so that no process reads an entry another is still writing; as every write
+# then lists the whole cache, only programs that took half a second or more to compile (the
+# steps) go in.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(
     pathlib.Path(tempfile.gettempdir()) / f"attnlm_jax_tests_xla_cache_{getpass.getuser()}"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
 import pytest  # noqa: E402
 
