@@ -16,8 +16,7 @@ from attnlm_jax import tagger
 import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SCORES = ("none", "proj", "single", "combined", "average", "conv1x1", "das", "lstmn",
-          "das_lstmn")
+SCORES = tuple(models.SCORE_FUNCTIONS)          # every model, the recurrent ones included
 VOCAB = 40
 
 
