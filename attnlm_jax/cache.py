@@ -14,7 +14,8 @@ The hidden states of a split are computed in the batches of evaluation; the cach
 as a blocked causal computation over the flattened stream: each block of queries is one
 matmul against the `size` keys before the block and the block's own, masked to the `size`
 steps before each query. theta and lambda are chosen on the validation split by a grid
-search (every point's perplexity is returned) and applied unchanged to the split evaluated.
+search (`grid_search`: the grid, extended past an edge its best point lies on; every point's
+perplexity is returned) and applied unchanged to the split evaluated.
 """
 
 import functools
@@ -27,6 +28,7 @@ import numpy as np
 from attnlm_jax import data as data_lib
 from attnlm_jax import ensemble
 from attnlm_jax import evaluate
+from attnlm_jax import grid_search as grid_search_lib
 from attnlm_jax import losses
 from attnlm_jax import models
 from attnlm_jax import nn
@@ -183,24 +185,32 @@ def check(size: int, theta: Optional[float], lam: Optional[float]) -> None:
 
 
 def grid_search(tokens: np.ndarray, model_log_probs: np.ndarray, hidden: np.ndarray,
-                size: int, thetas=THETAS, lambdas=LAMBDAS) -> list[dict]:
-  """Both perplexities of the cache at every (theta, lambda) of the grid, on one split.
+                size: int, thetas=THETAS, lambdas=LAMBDAS,
+                extensions: int = grid_search_lib.EXTENSIONS) -> list[dict]:
+  """Both perplexities of the cache at every (theta, lambda) of the grid, on one split,
+  extended past the edges its best point lies on (`grid_search.search`).
 
   Returns:
-    [{"theta", "lambda", "perplexity", "perplexity_paper_convention"}], theta-major.
+    [{"theta", "lambda", "perplexity", "perplexity_paper_convention"}], theta-major, then
+    the points past the edges in the order searched.
   """
-  grid = []
-  for theta in thetas:
-    log_probs, filled = cache_log_probs(hidden, tokens, size, theta)
-    for lam in lambdas:
-      grid.append({"theta": float(theta), "lambda": float(lam),
-                   **ensemble.perplexities(tokens, mix(model_log_probs, log_probs, filled,
-                                                       lam))})
-  return grid
+  cached = {}  # theta -> the cache's log-probs: lambda only mixes them with the model's.
+
+  def score(point):
+    theta = point["theta"]
+    if theta not in cached:
+      cached[theta] = cache_log_probs(hidden, tokens, size, theta)
+    log_probs, filled = cached[theta]
+    return ensemble.perplexities(tokens, mix(model_log_probs, log_probs, filled,
+                                             point["lambda"]))
+
+  axes = {"theta": [float(t) for t in thetas], "lambda": [float(l) for l in lambdas]}
+  return grid_search_lib.search(score, axes, extensions)
 
 
 def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,
-                   theta: Optional[float] = None, lam: Optional[float] = None) -> dict:
+                   theta: Optional[float] = None, lam: Optional[float] = None,
+                   extensions: int = grid_search_lib.EXTENSIONS) -> dict:
   """Both perplexities of a split with and without a cache of `size` pairs, the model and
   the cache mixed as p = (1 - lambda) p_model + lambda p_cache (Grave et al. 2017, eq. 4).
 
@@ -211,6 +221,7 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,
     theta, lam: the cache's parameters; the ones left None are chosen on the validation
       split by the grid search (THETAS x LAMBDAS, or the axis of the one not given), by the
       lowest perplexity (every token predicted).
+    extensions: steps the search may take past each edge of its grid (`grid_search`).
 
   Returns:
     {"split", "step", "method": "cache", "cache_size", "cache_theta", "cache_lambda",
@@ -227,7 +238,7 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,
     fit = (tokens, model_log_probs, hidden) if split == FIT_SPLIT else split_states(
         model, FIT_SPLIT)
     grid = grid_search(*fit, size, THETAS if theta is None else (theta,),
-                       LAMBDAS if lam is None else (lam,))
+                       LAMBDAS if lam is None else (lam,), extensions)
     best = min(grid, key=lambda point: point["perplexity"])
     theta, lam = best["theta"], best["lambda"]
   log_probs, filled = cache_log_probs(hidden, tokens, size, theta)

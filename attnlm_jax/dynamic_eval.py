@@ -19,8 +19,8 @@ off. The two update rules (theta_0: the trained parameters):
   code clips RMS_norm at 1 / lambda) so that it never overshoots theta_0.
 
 The learning rate eta and the decay lambda are chosen on the validation split by a grid
-search (`GRIDS`; every point's perplexity is returned) and applied unchanged to the split
-evaluated. Both rules are one function, `update`: SGD is the RMS rule with
+search (`GRIDS`, extended past an edge its best point lies on by `grid_search`; every
+point's perplexity is returned) and applied unchanged to the split evaluated. Both rules are one function, `update`: SGD is the RMS rule with
 sqrt(MS_g) + epsilon = 1 and RMS_norm = 1.
 """
 
@@ -36,6 +36,7 @@ import numpy as np
 from attnlm_jax import data as data_lib
 from attnlm_jax import ensemble
 from attnlm_jax import evaluate
+from attnlm_jax import grid_search
 from attnlm_jax import logging_utils
 from attnlm_jax import losses
 from attnlm_jax import models
@@ -260,7 +261,7 @@ def check(method: str, learning_rate: Optional[float], decay: Optional[float]) -
 
 def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
                    learning_rate: Optional[float] = None, decay: Optional[float] = None,
-                   window: int = 1) -> dict:
+                   window: int = 1, extensions: int = grid_search.EXTENSIONS) -> dict:
   """Both perplexities of a split with and without dynamic evaluation.
 
   Args:
@@ -272,6 +273,7 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
       lowest perplexity (every token predicted).
     window: units (sentences or document spans) per window; unused under the stream
       protocol (windows of max_len tokens).
+    extensions: steps the search may take past each edge of its grid (`grid_search`).
 
   Returns:
     {"split", "step", "method": "dynamic_sgd" or "dynamic_rms", "learning_rate", "decay",
@@ -291,13 +293,16 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
     tokens = evaluator.data.split(FIT_SPLIT).tokens
     rates = GRIDS[method]["learning_rate"] if learning_rate is None else (learning_rate,)
     decays = GRIDS[method]["decay"] if decay is None else (decay,)
-    for rate in rates:
-      for lam in decays:
-        grid.append({"learning_rate": float(rate), "decay": float(lam),
-                     **perplexities(tokens, evaluator.split_log_probs(FIT_SPLIT, rule, rate,
-                                                                      lam))})
-        logging.info("dynamic_%s on %s: lr %g, decay %g: perplexity %.2f", method,
-                     FIT_SPLIT, rate, lam, grid[-1]["perplexity"])
+
+    def score(point):
+      found = perplexities(tokens, evaluator.split_log_probs(
+          FIT_SPLIT, rule, point["learning_rate"], point["decay"]))
+      logging.info("dynamic_%s on %s: lr %g, decay %g: perplexity %.2f", method, FIT_SPLIT,
+                   point["learning_rate"], point["decay"], found["perplexity"])
+      return found
+
+    grid = grid_search.search(score, {"learning_rate": [float(r) for r in rates],
+                                      "decay": [float(d) for d in decays]}, extensions)
     best = min(grid, key=lambda point: point["perplexity"])
     learning_rate, decay = best["learning_rate"], best["decay"]
   tokens = evaluator.data.split(split).tokens

@@ -44,6 +44,7 @@ from attnlm_jax import dynamic_eval
 from attnlm_jax import ensemble
 from attnlm_jax import errors
 from attnlm_jax import evaluate
+from attnlm_jax import grid_search
 from attnlm_jax import logging_utils
 from attnlm_jax import preemption
 from attnlm_jax import reproduce
@@ -108,6 +109,9 @@ flags.DEFINE_float("dynamic_decay", None, "evaluate --dynamic: decay towards the
 flags.DEFINE_integer("dynamic_window", 1, "evaluate --dynamic, testtime: sentences (or "
                      "document spans) per window of dynamic evaluation; stream-protocol "
                      "windows are max_len tokens.", lower_bound=1)
+flags.DEFINE_integer("grid_extensions", grid_search.EXTENSIONS, "evaluate --cache/--dynamic, "
+                     "testtime: steps each grid search may take past an edge its best point "
+                     "lies on (0: the grid alone; docs/testtime.md).", lower_bound=0)
 flags.DEFINE_string("references", None, "rescore: reference file, 'utterance-id<TAB>text' "
                     "per line; prints the word error rate before and after.")
 flags.DEFINE_string("lm_weight", "1.0", "rescore: weight of log p_LM, or 'auto' (the weight "
@@ -229,7 +233,8 @@ def run(mode: str) -> None:
   if mode == "testtime":
     print(json.dumps(testtime.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
                                   cache_size=FLAGS.cache or testtime.CACHE_SIZE,
-                                  dynamic_window=FLAGS.dynamic_window)))
+                                  dynamic_window=FLAGS.dynamic_window,
+                                  grid_extensions=FLAGS.grid_extensions)))
     return
   if mode == "rescore":
     print(json.dumps(rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
@@ -268,11 +273,12 @@ def run(mode: str) -> None:
   model = evaluate.load(FLAGS.workdir, config)
   if mode == "evaluate" and FLAGS.cache:
     print(json.dumps(cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
-                                          FLAGS.cache_lambda)))
+                                          FLAGS.cache_lambda, FLAGS.grid_extensions)))
   elif mode == "evaluate" and FLAGS.dynamic:
     print(json.dumps(dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic,
                                                  FLAGS.dynamic_lr, FLAGS.dynamic_decay,
-                                                 FLAGS.dynamic_window)))
+                                                 FLAGS.dynamic_window,
+                                                 FLAGS.grid_extensions)))
   elif mode == "evaluate":
     print(json.dumps(evaluate.evaluate(model, FLAGS.split)))
   elif mode == "score":

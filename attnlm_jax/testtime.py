@@ -4,9 +4,10 @@
 `reproduce.TABLES` in `workdir/<row>` (what `--mode=reproduce` trained there) and evaluates
 its test split with a neural cache of `cache_size` pairs (`cache.py`) and with dynamic
 evaluation under both update rules (`dynamic_eval.py`), each method's hyperparameters
-chosen on the validation split by its grid search. It writes
+chosen on the validation split by its grid search (extended past an edge its best point
+lies on, `grid_search.py`). It writes
 - `workdir/<row>/testtime.json`: the row's three results (reused by a rerun with the same
-  cache size, window and grids, so an interrupted page resumes);
+  cache size, window, grids and steps past their edges, so an interrupted page resumes);
 - `workdir/testtime.json`: every training row of the table with its results, the date and
   the command that writes the page;
 - `workdir/testtime.md`: the page, valid / test perplexity of the model and of each method
@@ -24,6 +25,7 @@ from etils import epath
 from attnlm_jax import cache
 from attnlm_jax import dynamic_eval
 from attnlm_jax import evaluate
+from attnlm_jax import grid_search
 from attnlm_jax import reproduce
 from attnlm_jax import results
 
@@ -35,39 +37,46 @@ METHODS = ("cache", "dynamic_sgd", "dynamic_rms")
 SPLIT = "test"
 
 
-def settings(cache_size: int, dynamic_window: int) -> dict:
+def settings(cache_size: int, dynamic_window: int, grid_extensions: int) -> dict:
   """What a row's results depend on besides its checkpoint: the cache size, the window of
-  dynamic evaluation and every method's grid (as JSON reads them back)."""
+  dynamic evaluation, every method's grid (as JSON reads them back) and the steps its search
+  may take past the grid's edges (`grid_extensions`, saved only when not 0: results saved
+  before the searches were extended are those of the grid alone)."""
   grids = {"cache": {"theta": list(cache.THETAS), "lambda": list(cache.LAMBDAS)},
            **{f"dynamic_{rule}": {axis: list(values) for axis, values in grid.items()}
               for rule, grid in dynamic_eval.GRIDS.items()}}
-  return {"cache_size": cache_size, "dynamic_window": dynamic_window, "grids": grids}
+  return {"cache_size": cache_size, "dynamic_window": dynamic_window, "grids": grids,
+          **({"grid_extensions": grid_extensions} if grid_extensions else {})}
 
 
-def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int) -> dict:
+def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
+                grid_extensions: int) -> dict:
   """The row's test results: `settings` and {"step", "cache", "dynamic_sgd",
   "dynamic_rms"} (`cache.evaluate_split`, `dynamic_eval.evaluate_split`), the
   hyperparameters chosen on valid."""
   model = evaluate.load(row_dir)
-  found = {**settings(cache_size, dynamic_window), "step": model.step,
-           "cache": cache.evaluate_split(model, SPLIT, cache_size)}
+  found = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step,
+           "cache": cache.evaluate_split(model, SPLIT, cache_size,
+                                         extensions=grid_extensions)}
   for rule in dynamic_eval.METHODS:
-    found[f"dynamic_{rule}"] = dynamic_eval.evaluate_split(model, SPLIT, rule,
-                                                           window=dynamic_window)
+    found[f"dynamic_{rule}"] = dynamic_eval.evaluate_split(
+        model, SPLIT, rule, window=dynamic_window, extensions=grid_extensions)
   for method in METHODS:
     logging.info("testtime: %s, %s: %s perplexity %.2f (the model alone %.2f)", row_dir.name,
                  method, SPLIT, found[method]["perplexity"], found[method]["model_perplexity"])
   return found
 
 
-def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int) -> Optional[dict]:
+def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
+           grid_extensions: int) -> Optional[dict]:
   """The row's saved results when made with these settings (`settings`), else None."""
   path = row_dir / ROW_FILE
   if not path.exists():
     return None
   saved = json.loads(path.read_text())
-  same = all(saved.get(key) == value
-             for key, value in settings(cache_size, dynamic_window).items())
+  wanted = settings(cache_size, dynamic_window, grid_extensions)
+  same = all(saved.get(key) == wanted.get(key)
+             for key in ("cache_size", "dynamic_window", "grids", "grid_extensions"))
   return saved if same else None
 
 
@@ -118,12 +127,14 @@ AXIS_KEYS = {"theta": "cache_theta", "lambda": "cache_lambda"}
 
 
 def edge_choices(results_of_row: dict) -> list[str]:
-  """The hyperparameters chosen at an edge of their grid, where the best point may lie
-  beyond it: "SGD learning rate 1, the largest of 0.1, 0.3, 1". A grid's smallest value is
-  an edge only when above zero (no decay, no cache weight and theta 0 are bounds)."""
+  """The hyperparameters chosen at an edge of the values searched (the grid and the steps
+  past its edges), where the best point may lie beyond them: "SGD learning rate 1, the
+  largest of 0.1, 0.3, 1". A smallest value is an edge only when above zero (no decay, no
+  cache weight and theta 0 are bounds)."""
   edges = []
   for method, name in METHOD_NAMES.items():
-    for axis, grid in results_of_row["grids"][method].items():
+    for axis in results_of_row["grids"][method]:
+      grid = sorted({point[axis] for point in results_of_row[method]["grid"]})
       chosen = results_of_row[method][AXIS_KEYS.get(axis, axis)]
       if len(grid) < 2 or min(grid) < chosen < max(grid):
         continue
@@ -138,7 +149,8 @@ def _edge_notes(rows: Sequence[dict]) -> list[str]:
   """testtime.md's notes on the rows' choices at the edges of their grids."""
   edges = {r["name"]: edge_choices(r["results"]) for r in rows if r["results"] is not None}
   notes = [f"- `{name}`: {'; '.join(choices)}." for name, choices in edges.items() if choices]
-  return ["Chosen at an edge of its grid (the best point may lie beyond it):", "", *notes,
+  return ["Chosen at an edge of the values searched (the best point may lie beyond it):", "",
+          *notes,
           ""] if notes else []
 
 
@@ -175,7 +187,7 @@ def format_markdown(page: dict) -> str:
 
 
 def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_SIZE,
-        dynamic_window: int = 1) -> dict:
+        dynamic_window: int = 1, grid_extensions: int = grid_search.EXTENSIONS) -> dict:
   """`--mode=testtime`: evaluates the table's finished training rows with the test-time
   methods and writes the page.
 
@@ -186,6 +198,8 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
       results saved earlier for the rows not evaluated now.
     cache_size: the neural cache's size.
     dynamic_window: sentences (or document spans) per window of dynamic evaluation.
+    grid_extensions: steps each search may take past each edge of its grid (0: the grid
+      alone; `grid_search`).
 
   Returns:
     {"table", "workdir", "files", "evaluated" (the rows evaluated now), "rows": {name:
@@ -200,10 +214,10 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
     if row.kind != reproduce.TRAIN:
       continue
     state = reproduce.row_state(row, workdir)
-    found = _saved(workdir / row.name, cache_size, dynamic_window)
+    found = _saved(workdir / row.name, cache_size, dynamic_window, grid_extensions)
     if found is None and row.name in selected and state["status"] == reproduce.FINISHED:
       logging.info("testtime: row %s", row.name)
-      found = row_results(workdir / row.name, cache_size, dynamic_window)
+      found = row_results(workdir / row.name, cache_size, dynamic_window, grid_extensions)
       (workdir / row.name / ROW_FILE).write_text(json.dumps(found, indent=1) + "\n")
       evaluated.append(row.name)
     records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
@@ -211,11 +225,12 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
   command = " ".join(["python -m attnlm_jax.main --mode=testtime", f"--table={table}",
                       f"--workdir={reproduce.as_typed(workdir)}",
                       *([f"--rows={','.join(rows)}"] if rows else []),
-                      f"--cache={cache_size}", f"--dynamic_window={dynamic_window}"])
+                      f"--cache={cache_size}", f"--dynamic_window={dynamic_window}",
+                      f"--grid_extensions={grid_extensions}"])
   page = {"table": table, "title": reproduce.get_table(table).title,
           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
           "command": command, "cache_size": cache_size, "dynamic_window": dynamic_window,
-          "rows": records}
+          "grid_extensions": grid_extensions, "rows": records}
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / PAGE_JSON).write_text(json.dumps(page, indent=1) + "\n")
   (workdir / PAGE_MD).write_text(format_markdown(page))

@@ -1,6 +1,7 @@
 """Test-time methods: the neural cache and dynamic evaluation against their equations,
 their causality, the command line and the page of a table (`--mode=testtime`)."""
 
+import itertools
 import json
 import math
 import re
@@ -17,6 +18,7 @@ from attnlm_jax import cache
 from attnlm_jax import data as data_lib
 from attnlm_jax import dynamic_eval
 from attnlm_jax import evaluate
+from attnlm_jax import grid_search
 from attnlm_jax import models
 from attnlm_jax import testtime
 from attnlm_jax import train
@@ -124,13 +126,35 @@ def test_lambda_zero_gives_the_models_own_perplexity(model):
 def test_cache_grid_is_searched_on_valid_and_its_best_point_applied(model, monkeypatch):
   monkeypatch.setattr(cache, "THETAS", (0.0, 0.3))
   monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.2))
-  result = cache.evaluate_split(model, "test", 50)
+  result = cache.evaluate_split(model, "test", 50, extensions=0)
   assert result["fitted_on"] == "valid" and len(result["grid"]) == 4
   best = min(result["grid"], key=lambda point: point["perplexity"])
   assert (result["cache_theta"], result["cache_lambda"]) == (best["theta"], best["lambda"])
   fixed = cache.evaluate_split(model, "test", 50, theta=best["theta"], lam=best["lambda"])
   assert fixed["perplexity"] == result["perplexity"]
   assert result["perplexity"] < result["model_perplexity"]     # it learns the repetitions
+
+
+def test_cache_search_steps_past_the_edge_its_best_point_lies_on(model, monkeypatch):
+  """A grid too small for the cache of a corpus of repetitions: its best point lies on its
+  top edges, so the search goes on past them, one axis at a time from the best point so far,
+  and chooses the best of every point it evaluated."""
+  monkeypatch.setattr(cache, "THETAS", (0.0, 0.3))
+  monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.05))
+  grid_only = cache.evaluate_split(model, "valid", 50, extensions=0)
+  assert grid_only["cache_lambda"] == 0.05
+  result = cache.evaluate_split(model, "valid", 50)
+  searched = result["grid"][:4]
+  assert searched == grid_only["grid"]
+  for point in result["grid"][4:]:
+    best = min(searched, key=lambda p: p["perplexity"])
+    (axis,) = [axis for axis in ("theta", "lambda") if point[axis] != best[axis]]
+    assert not min(p[axis] for p in searched) <= point[axis] <= max(p[axis] for p in searched)
+    searched.append(point)
+  assert max(p["lambda"] for p in searched) > 0.05
+  best = min(searched, key=lambda p: p["perplexity"])
+  assert (result["cache_theta"], result["cache_lambda"]) == (best["theta"], best["lambda"])
+  assert result["perplexity"] == best["perplexity"] < grid_only["perplexity"]
 
 
 def test_cache_is_causal():
@@ -248,7 +272,7 @@ def test_rms_rule_divides_by_the_training_gradients_root_mean_square(model, monk
 def test_dynamic_grid_is_searched_on_valid(model, monkeypatch):
   monkeypatch.setattr(dynamic_eval, "GRIDS", {"sgd": {"learning_rate": (0.0, 0.3),
                                                       "decay": (0.0,)}})
-  result = dynamic_eval.evaluate_split(model, "test", "sgd", window=50)
+  result = dynamic_eval.evaluate_split(model, "test", "sgd", window=50, extensions=0)
   assert result["fitted_on"] == "valid" and len(result["grid"]) == 2
   assert result["learning_rate"] == 0.3 and result["decay"] == 0.0
   assert result["grid"][0]["perplexity"] == pytest.approx(
@@ -301,35 +325,52 @@ def test_page_of_a_table(table_dir, monkeypatch):
       page["rows"][0]["test_perplexity"], rel=1e-5)
   text = (table_dir / testtime.PAGE_MD).read_text()
   assert "| none |" in text and "| single | - / - | not started |" in text
-  assert "--mode=testtime --table=demo" in text
+  assert "--mode=testtime --table=demo" in text and "--grid_extensions=3" in text
+  assert page["grid_extensions"] == none["grid_extensions"] == grid_search.EXTENSIONS
   assert testtime.run("demo", table_dir, cache_size=100,
                       dynamic_window=100)["evaluated"] == []        # reused
   monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.2))                 # another grid
   assert testtime.run("demo", table_dir, cache_size=100,
                       dynamic_window=100)["evaluated"] == ["none"]
   again = json.loads((table_dir / testtime.PAGE_JSON).read_text())["rows"][0]["results"]
-  assert [p["lambda"] for p in again["cache"]["grid"]] == [0.0, 0.2, 0.0, 0.2]
+  assert [p["lambda"] for p in again["cache"]["grid"][:4]] == [0.0, 0.2, 0.0, 0.2]
+  assert testtime.run("demo", table_dir, cache_size=100, dynamic_window=100,
+                      grid_extensions=0)["evaluated"] == ["none"]   # the grid alone
+  alone = json.loads((table_dir / testtime.PAGE_JSON).read_text())["rows"][0]["results"]
+  assert "grid_extensions" not in alone and len(alone["cache"]["grid"]) == 4
 
 
-def test_choices_at_the_edges_of_their_grids_are_named():
+def test_choices_at_the_edges_of_the_values_searched_are_named():
   grids = {"cache": {"theta": [0.0, 0.5, 1.0], "lambda": [0.0, 0.1, 0.2]},
            "dynamic_sgd": {"learning_rate": [0.1, 1.0], "decay": [0.0, 0.1]},
            "dynamic_rms": {"learning_rate": [1e-4, 1e-3], "decay": [0.01]}}
-  chosen = {"grids": grids, "cache": {"cache_theta": 1.0, "cache_lambda": 0.0},
-            "dynamic_sgd": {"learning_rate": 0.1, "decay": 0.0},
-            "dynamic_rms": {"learning_rate": 1e-4, "decay": 0.01}}
-  # theta at the top; lambda 0 and decay 0 are bounds, not edges; a one-point grid has none.
-  assert testtime.edge_choices(chosen) == ["cache theta 1, the largest of 0, 0.5, 1",
-                                           "SGD learning rate 0.1, the smallest of 0.1, 1",
+
+  def searched(method, **past):
+    """The grid's points and the points past its edges (one axis changed each)."""
+    axes = grids[method]
+    points = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+    return points + [{**points[0], axis: value} for axis, value in past.items()]
+
+  chosen = {"grids": grids,
+            "cache": {"cache_theta": 1.4, "cache_lambda": 0.0,
+                      "grid": searched("cache", theta=1.4)},
+            "dynamic_sgd": {"learning_rate": 0.1, "decay": 0.0,
+                            "grid": searched("dynamic_sgd", learning_rate=0.033)},
+            "dynamic_rms": {"learning_rate": 1e-4, "decay": 0.01,
+                            "grid": searched("dynamic_rms")}}
+  # theta at the top of the values searched (the grid and 1.4 past it); SGD's 0.1 is inside
+  # them (0.033 was searched); lambda 0 and decay 0 are bounds, not edges; a one-point grid
+  # has none.
+  assert testtime.edge_choices(chosen) == ["cache theta 1.4, the largest of 0, 0.5, 1, 1.4",
                                            "RMS learning rate 0.0001, the smallest of "
                                            "0.0001, 0.001"]
   page = {"table": "demo", "title": "t", "command": "c", "date": "d", "cache_size": 2000,
           "rows": [{"name": "none", "status": "finished", "results": None},
                    {"name": "single", "status": "finished", "results": chosen}]}
   assert testtime._edge_notes(page["rows"]) == [
-      "Chosen at an edge of its grid (the best point may lie beyond it):", "",
-      "- `single`: cache theta 1, the largest of 0, 0.5, 1; SGD learning rate 0.1, the "
-      "smallest of 0.1, 1; RMS learning rate 0.0001, the smallest of 0.0001, 0.001.", ""]
+      "Chosen at an edge of the values searched (the best point may lie beyond it):", "",
+      "- `single`: cache theta 1.4, the largest of 0, 0.5, 1, 1.4; RMS learning rate 0.0001, "
+      "the smallest of 0.0001, 0.001.", ""]
 
 
 def test_a_method_that_diverges_at_every_grid_point_reads_diverged(model, monkeypatch):
@@ -339,7 +380,8 @@ def test_a_method_that_diverges_at_every_grid_point_reads_diverged(model, monkey
   assert diverged["grid"][0]["perplexity"] == diverged["perplexity"] == math.inf
   cached = {"cache_theta": 0.5, "cache_lambda": 0.1, "perplexity": 39.0,
             "perplexity_paper_convention": 29.0,
-            "grid": [{"perplexity": 40.0, "perplexity_paper_convention": 30.0}]}
+            "grid": [{"theta": 0.5, "lambda": 0.1, "perplexity": 40.0,
+                      "perplexity_paper_convention": 30.0}]}
   grids = {"cache": {"theta": [0.5], "lambda": [0.1]},
            "dynamic_sgd": {"learning_rate": [1e6], "decay": [0.0]},
            "dynamic_rms": {"learning_rate": [1e6], "decay": [0.0]}}
@@ -395,8 +437,10 @@ def test_committed_testtime_pages_are_what_the_command_writes_from_the_committed
   page = json.loads((committed / testtime.PAGE_JSON).read_text())
   rows = re.search(r"--rows=(\S+)", page["command"])
   testtime.run(table, rewritten, rows=rows.group(1) if rows else (),
-               cache_size=page["cache_size"], dynamic_window=page["dynamic_window"])
+               cache_size=page["cache_size"], dynamic_window=page["dynamic_window"],
+               grid_extensions=page["grid_extensions"])
   again = json.loads((rewritten / testtime.PAGE_JSON).read_text())
+  assert again["command"] == page["command"]
   assert again["rows"] == page["rows"]
   table_lines = lambda d: [l for l in (d / testtime.PAGE_MD).read_text().splitlines()
                            if l.startswith("|")]

@@ -1,0 +1,68 @@
+"""The grid search of the test-time methods: a grid, extended past an edge its best point
+lies on.
+
+`search(score, axes)` evaluates `score` at every point of the product of `axes` (the first
+axis slowest) and takes the point of lowest perplexity (every token predicted). While that
+point lies on an edge of an axis (its largest value, or its smallest when above zero: no
+decay, no cache weight and theta 0 are bounds, not edges), the best point may lie beyond
+the grid, so the search evaluates one point more: the best point with that axis one step
+past the edge. The step continues the axis's last two values geometrically
+(1e-4, 3e-4 -> 3.3e-5; 0.7, 1 -> 1.4) or, from a neighbour 0, arithmetically (0, 0.1 -> 0.2),
+rounded to two significant digits and held at the axis's upper bound (`UPPER`). A new
+point that is no better than the best ends the walk on that side (the best is then inside
+the grid); at most `extensions` steps are taken past each edge.
+"""
+
+import itertools
+import math
+from typing import Callable, Mapping, Sequence
+
+# Steps past each edge of an axis, unless the caller gives another number (0: the grid only).
+EXTENSIONS = 3
+# The largest value an axis may take where one exists: the cache weight lambda (< 1) and
+# the decay of dynamic evaluation towards the trained weights (1 resets them every window).
+UPPER = {"lambda": 0.9, "decay": 1.0}
+
+
+def _beyond(values: Sequence[float], side: int, upper: float) -> float | None:
+  """The next value past the edge of sorted `values` on `side` (+1 top, -1 bottom), or
+  None where the edge is a bound."""
+  edge, neighbour = (values[-1], values[-2]) if side > 0 else (values[0], values[1])
+  if side < 0 and edge <= 0 or side > 0 and edge >= upper:
+    return None
+  step = edge * edge / neighbour if neighbour > 0 else 2 * edge - neighbour
+  step = float(f"{step:.2g}")
+  return min(step, upper) if side > 0 else step
+
+
+def search(score: Callable[[dict], dict], axes: Mapping[str, Sequence[float]],
+           extensions: int = EXTENSIONS) -> list[dict]:
+  """Evaluates the grid `axes` ({axis: values}) and extends it past the edges its best point
+  lies on (module docstring).
+
+  Args:
+    score: score(point) -> a dict with "perplexity" (inf for a pass that diverged).
+    axes: each axis's values, in the order searched.
+    extensions: at most this many steps past each edge.
+
+  Returns:
+    Every point evaluated, in order: [{**point, **score(point)}].
+  """
+  points = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+  grid = [{**point, **score(point)} for point in points]
+  steps = {(axis, side): 0 for axis in axes for side in (-1, 1)}
+  while True:
+    best = min(grid, key=lambda point: point["perplexity"])
+    if not math.isfinite(best["perplexity"]):
+      return grid
+    for axis, side in steps:
+      values = sorted({point[axis] for point in grid})
+      at_edge = len(values) > 1 and best[axis] == (values[-1] if side > 0 else values[0])
+      new = _beyond(values, side, UPPER.get(axis, math.inf)) if at_edge else None
+      if new is not None and steps[axis, side] < extensions:
+        steps[axis, side] += 1
+        point = {name: new if name == axis else best[name] for name in axes}
+        grid.append({**point, **score(point)})
+        break
+    else:
+      return grid
