@@ -60,10 +60,13 @@ def loss_and_params(score: str):
 
 def measure(precision, score: str, repeats: int) -> dict:
   """Loss, subsampled gradient and step milliseconds with every model matmul at `precision`."""
-  nn.PRECISION = precision                  # read when the step is traced, below
   loss, params = loss_and_params(score)
   step = jax.jit(jax.value_and_grad(loss))
-  value, grads = jax.block_until_ready(step(params))
+  project_precision, nn.PRECISION = nn.PRECISION, precision   # read when the step is traced
+  try:
+    value, grads = jax.block_until_ready(step(params))
+  finally:
+    nn.PRECISION = project_precision
   seconds = []
   for _ in range(repeats):
     start = time.perf_counter()
