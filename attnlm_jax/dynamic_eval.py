@@ -20,8 +20,9 @@ off. The two update rules (theta_0: the trained parameters):
 
 The learning rate eta and the decay lambda are chosen on the validation split by a grid
 search (`GRIDS`, extended past an edge its best point lies on by `grid_search`; every
-point's perplexity is returned) and applied unchanged to the split evaluated. Both rules are one function, `update`: SGD is the RMS rule with
-sqrt(MS_g) + epsilon = 1 and RMS_norm = 1.
+point's perplexity is returned) and applied unchanged to the split evaluated. Both rules
+are one function, `update`: SGD is the RMS rule with sqrt(MS_g) + epsilon = 1 and
+RMS_norm = 1.
 """
 
 import dataclasses
