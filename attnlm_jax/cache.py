@@ -204,8 +204,7 @@ def grid_search(tokens: np.ndarray, model_log_probs: np.ndarray, hidden: np.ndar
     return ensemble.perplexities(tokens, mix(model_log_probs, log_probs, filled,
                                              point["lambda"]))
 
-  axes = {"theta": [float(t) for t in thetas], "lambda": [float(l) for l in lambdas]}
-  return grid_search_lib.search(score, axes, extensions)
+  return grid_search_lib.search(score, {"theta": thetas, "lambda": lambdas}, extensions)
 
 
 def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,

@@ -302,8 +302,7 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
                    point["learning_rate"], point["decay"], found["perplexity"])
       return found
 
-    grid = grid_search.search(score, {"learning_rate": [float(r) for r in rates],
-                                      "decay": [float(d) for d in decays]}, extensions)
+    grid = grid_search.search(score, {"learning_rate": rates, "decay": decays}, extensions)
     best = min(grid, key=lambda point: point["perplexity"])
     learning_rate, decay = best["learning_rate"], best["decay"]
   tokens = evaluator.data.split(split).tokens

@@ -42,12 +42,13 @@ def search(score: Callable[[dict], dict], axes: Mapping[str, Sequence[float]],
 
   Args:
     score: score(point) -> a dict with "perplexity" (inf for a pass that diverged).
-    axes: each axis's values, in the order searched.
+    axes: each axis's values, in the order searched (taken as floats).
     extensions: at most this many steps past each edge.
 
   Returns:
     Every point evaluated, in order: [{**point, **score(point)}].
   """
+  axes = {axis: [float(value) for value in values] for axis, values in axes.items()}
   points = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
   grid = [{**point, **score(point)} for point in points]
   steps = {(axis, side): 0 for axis in axes for side in (-1, 1)}

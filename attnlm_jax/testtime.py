@@ -150,8 +150,7 @@ def _edge_notes(rows: Sequence[dict]) -> list[str]:
   edges = {r["name"]: edge_choices(r["results"]) for r in rows if r["results"] is not None}
   notes = [f"- `{name}`: {'; '.join(choices)}." for name, choices in edges.items() if choices]
   return ["Chosen at an edge of the values searched (the best point may lie beyond it):", "",
-          *notes,
-          ""] if notes else []
+          *notes, ""] if notes else []
 
 
 def _count(number: int, unit: str) -> str:
