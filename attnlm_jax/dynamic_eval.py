@@ -55,6 +55,11 @@ GRIDS = {"sgd": {"learning_rate": (0.1, 0.3, 1.0), "decay": (0.0, 0.01, 0.1)},
          "rms": {"learning_rate": (1e-4, 3e-4, 1e-3), "decay": (0.01, 0.03, 0.1)}}
 EPSILON = 2e-5        # Krause et al.'s epsilon of the RMS rule.
 STAT_BATCHES = 200    # At most this many training batches give MS_g.
+# A pass whose mean NLL (nats per token) is above this has diverged: its perplexity
+# overflows a float.
+DIVERGED_MEAN_NLL = 700.0
+# A pass is looked at every this many windows, and ends there once it is sure to diverge.
+DIVERGENCE_CHECK_EVERY = 16
 # What a window counts (plural, as results name it) -> the singular, for a window of 1.
 WINDOW_UNITS = {"sentences": "sentence", "document spans": "document span", "tokens": "token"}
 
@@ -179,15 +184,21 @@ class DynamicEvaluator:
                 learning_rate: float = 0.0, decay: float = 0.0) -> np.ndarray:
     """log p [num_tokens] (float64) of the tokens of a stream read in `windows`, in stream
     order: each window scored, then (with a `rule`) one step on it; without a rule the
-    trained parameters throughout (the static model over the same windows)."""
+    trained parameters throughout (the static model over the same windows).
+
+    A pass ends early, its later tokens NaN, at the first check (every
+    DIVERGENCE_CHECK_EVERY windows) that finds it sure to diverge: a log-probability not
+    finite, or an NLL so far (log-probabilities are never positive, so it only grows) above
+    DIVERGED_MEAN_NLL nats per token of the whole stream. Its perplexity is infinite either
+    way (`perplexities`)."""
     params = jax.tree.map(jnp.asarray, self.model.params)
     anchor = models.trainable(params)
     carry = self._initial_carry(1)
-    scored = []
+    scored, checked, nll = [], 0, 0.0
     description = ("static" if rule is None else
                    f"dynamic evaluation, lr {learning_rate:g}, decay {decay:g}")
     with logging_utils.progress_bar(description, total=len(windows), unit=" windows") as bar:
-      for window in windows:
+      for index, window in enumerate(windows, 1):
         if rule is None:
           log_probs, carry = self._score(params, window.batch, carry)
         else:
@@ -196,7 +207,14 @@ class DynamicEvaluator:
                                                  np.float32(decay))
         scored.append((window, log_probs))
         bar.update()
-    result = np.zeros(num_tokens, np.float64)
+        if index % DIVERGENCE_CHECK_EVERY == 0 and index < len(windows):
+          nll -= sum(float(np.asarray(found).sum()) for _, found in scored[checked:])
+          checked = len(scored)
+          if not nll <= DIVERGED_MEAN_NLL * num_tokens:  # NaN included
+            logging.info("%s diverged by window %d of %d: the pass ends there", description,
+                         index, len(windows))
+            break
+    result = np.full(num_tokens, np.nan)
     for window, log_probs in scored:
       log_probs = np.asarray(log_probs)
       for row, (start, length) in enumerate(zip(window.starts, window.batch["lengths"])):
@@ -245,7 +263,7 @@ class DynamicEvaluator:
 def perplexities(tokens: np.ndarray, log_probs: np.ndarray) -> dict:
   """`ensemble.perplexities`, both infinite for a pass that diverged (a log-prob that is not
   finite, or too low for a float)."""
-  if np.all(np.isfinite(log_probs)) and -log_probs.mean() < 700:
+  if np.all(np.isfinite(log_probs)) and -log_probs.mean() < DIVERGED_MEAN_NLL:
     return ensemble.perplexities(tokens, log_probs)
   return {"perplexity": float("inf"), "perplexity_paper_convention": float("inf")}
 

@@ -207,6 +207,25 @@ def test_dynamic_evaluation_with_learning_rate_zero_is_plain_evaluation(model):
   assert adapted.sum() > reference.sum() + 100      # the untrained model learns a lot
 
 
+def test_a_pass_sure_to_diverge_ends_early_and_still_counts_as_diverged(model, monkeypatch):
+  evaluator = dynamic_eval.DynamicEvaluator(model)
+  rule, tokens = evaluator.rule("sgd"), evaluator.data.split("valid").tokens
+  adapt, steps = evaluator._adapt, []
+  monkeypatch.setattr(evaluator, "_adapt", lambda *args: steps.append(1) or adapt(*args))
+  ended = evaluator.split_log_probs("valid", rule, 10.0, 0.0)
+  assert len(steps) % dynamic_eval.DIVERGENCE_CHECK_EVERY == 0
+  assert len(steps) < len(evaluator.windows("valid")) / 10
+  scored = ~np.isnan(ended)
+  assert scored[0] and not scored[-1]
+  monkeypatch.setattr(dynamic_eval, "DIVERGENCE_CHECK_EVERY", 10**9)   # the whole pass
+  whole = evaluator.split_log_probs("valid", rule, 10.0, 0.0)
+  assert len(steps) > len(evaluator.windows("valid"))
+  np.testing.assert_array_equal(ended[scored], whole[scored])
+  assert -whole.mean() > dynamic_eval.DIVERGED_MEAN_NLL
+  assert (dynamic_eval.perplexities(tokens, ended) == dynamic_eval.perplexities(tokens, whole)
+          == {"perplexity": math.inf, "perplexity_paper_convention": math.inf})
+
+
 def test_stream_protocol_dynamic_evaluation_reads_the_split_as_one_stream():
   model = tiny_model(model__score="none", data__span="stream", data__bucket=False)
   evaluator = dynamic_eval.DynamicEvaluator(model)
