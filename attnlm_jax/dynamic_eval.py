@@ -27,7 +27,7 @@ RMS_norm = 1.
 
 import dataclasses
 import functools
-from typing import Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, MutableMapping, NamedTuple, Optional, Sequence
 
 from absl import logging
 import jax
@@ -278,9 +278,19 @@ def check(method: str, learning_rate: Optional[float], decay: Optional[float]) -
                              f"{FIT_SPLIT})")
 
 
+def pass_key(split: str, method: Optional[str] = None, learning_rate: float = 0.0,
+             decay: float = 0.0) -> str:
+  """The name of a pass over a split in `evaluate_split`'s `passes`: "test static" (the
+  trained parameters), "valid dynamic_sgd lr 0.3 decay 0.01"."""
+  if method is None:
+    return f"{split} static"
+  return f"{split} dynamic_{method} lr {learning_rate!r} decay {decay!r}"
+
+
 def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
                    learning_rate: Optional[float] = None, decay: Optional[float] = None,
-                   window: int = 1, extensions: int = grid_search.EXTENSIONS) -> dict:
+                   window: int = 1, extensions: int = grid_search.EXTENSIONS,
+                   passes: Optional[MutableMapping[str, dict]] = None) -> dict:
   """Both perplexities of a split with and without dynamic evaluation.
 
   Args:
@@ -293,6 +303,10 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
     window: units (sentences or document spans) per window; unused under the stream
       protocol (windows of max_len tokens).
     extensions: steps the search may take past each edge of its grid (`grid_search`).
+    passes: the perplexities of passes made before ({`pass_key`: {"perplexity",
+      "perplexity_paper_convention"}}), not made again; each new pass is added to it. A
+      mapping that saves itself (`testtime`) lets an interrupted evaluation go on from its
+      last pass.
 
   Returns:
     {"split", "step", "method": "dynamic_sgd" or "dynamic_rms", "learning_rate", "decay",
@@ -305,27 +319,33 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
   """
   check(method, learning_rate, decay)
   evaluator = DynamicEvaluator(model, window)
-  rule = evaluator.rule(method)
+  rule = functools.cache(lambda: evaluator.rule(method))  # Made once, when first needed.
+  passes = {} if passes is None else passes
+
+  def run_pass(split_name, dynamic=True, rate=0.0, decay_rate=0.0):
+    """The perplexities of one pass over a split (with dynamic evaluation, or the trained
+    parameters throughout): made, or found in `passes`."""
+    key = pass_key(split_name, method if dynamic else None, rate, decay_rate)
+    if key not in passes:
+      log_probs = evaluator.split_log_probs(split_name, rule() if dynamic else None, rate,
+                                            decay_rate)
+      passes[key] = perplexities(evaluator.data.split(split_name).tokens, log_probs)
+      logging.info("%s: perplexity %.2f", key, passes[key]["perplexity"])
+    return passes[key]
+
   grid, fitted_on = [], None
   if learning_rate is None or decay is None:
     fitted_on = FIT_SPLIT
-    tokens = evaluator.data.split(FIT_SPLIT).tokens
     rates = GRIDS[method]["learning_rate"] if learning_rate is None else (learning_rate,)
     decays = GRIDS[method]["decay"] if decay is None else (decay,)
-
-    def score(point):
-      found = perplexities(tokens, evaluator.split_log_probs(
-          FIT_SPLIT, rule, point["learning_rate"], point["decay"]))
-      logging.info("dynamic_%s on %s: lr %g, decay %g: perplexity %.2f", method, FIT_SPLIT,
-                   point["learning_rate"], point["decay"], found["perplexity"])
-      return found
-
-    grid = grid_search.search(score, {"learning_rate": rates, "decay": decays}, extensions)
+    grid = grid_search.search(
+        lambda point: run_pass(FIT_SPLIT, True, point["learning_rate"], point["decay"]),
+        {"learning_rate": rates, "decay": decays}, extensions)
     best = min(grid, key=lambda point: point["perplexity"])
     learning_rate, decay = best["learning_rate"], best["decay"]
   tokens = evaluator.data.split(split).tokens
-  dynamic = perplexities(tokens, evaluator.split_log_probs(split, rule, learning_rate, decay))
-  static = perplexities(tokens, evaluator.split_log_probs(split))
+  dynamic = run_pass(split, True, float(learning_rate), float(decay))
+  static = run_pass(split, False)
   if evaluator.data.is_stream:
     window, unit = model.config.data.max_len, "tokens"
   else:

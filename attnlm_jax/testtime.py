@@ -8,6 +8,9 @@ chosen on the validation split by its grid search (extended past an edge its bes
 lies on, `grid_search.py`). It writes
 - `workdir/<row>/testtime.json`: the row's three results (reused by a rerun with the same
   cache size, window, grids and steps past their edges, so an interrupted page resumes);
+- `workdir/<row>/testtime_progress.json`, while a row is evaluated: its cache result and
+  every pass of dynamic evaluation made so far, so that a row stopped part-way (a
+  session's end) goes on from its last pass;
 - `workdir/testtime.json`: every training row of the table with its results, the date and
   the command that writes the page;
 - `workdir/testtime.md`: the page, valid / test perplexity of the model and of each method
@@ -33,6 +36,7 @@ CACHE_SIZE = 2000        # The cache size of a page unless --cache gives one.
 PAGE_JSON = "testtime.json"
 PAGE_MD = "testtime.md"
 ROW_FILE = "testtime.json"
+PROGRESS_FILE = "testtime_progress.json"
 METHODS = ("cache", "dynamic_sgd", "dynamic_rms")
 SPLIT = "test"
 
@@ -49,18 +53,42 @@ def settings(cache_size: int, dynamic_window: int, grid_extensions: int) -> dict
           **({"grid_extensions": grid_extensions} if grid_extensions else {})}
 
 
+class Progress(dict):
+  """What a row's evaluation has made so far ({"cache": its result, `dynamic_eval.pass_key`:
+  a pass's perplexities}), written to `path` after every entry together with what it was
+  made with (`settings` and the checkpoint's step). A file made with anything else is not
+  read: the row starts afresh."""
+
+  def __init__(self, path: epath.Path, made_with: dict):
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    super().__init__(saved.get("entries", {}) if saved.get("made_with") == made_with else {})
+    self.path, self.made_with = path, made_with
+
+  def __setitem__(self, key: str, value: dict) -> None:
+    super().__setitem__(key, value)
+    partial = self.path.parent / f"{self.path.name}.partial"
+    partial.write_text(json.dumps({"made_with": self.made_with, "entries": dict(self)},
+                                  indent=1) + "\n")
+    partial.replace(self.path)  # Whole or not at all, even if stopped while writing.
+
+
 def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
                 grid_extensions: int) -> dict:
   """The row's test results: `settings` and {"step", "cache", "dynamic_sgd",
   "dynamic_rms"} (`cache.evaluate_split`, `dynamic_eval.evaluate_split`), the
-  hyperparameters chosen on valid."""
+  hyperparameters chosen on valid. What is made goes to the row's `Progress` as it is made,
+  and a rerun after an interruption takes it from there."""
   model = evaluate.load(row_dir)
-  found = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step,
-           "cache": cache.evaluate_split(model, SPLIT, cache_size,
-                                         extensions=grid_extensions)}
+  made_with = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step}
+  progress = Progress(row_dir / PROGRESS_FILE, made_with)
+  if "cache" not in progress:
+    progress["cache"] = cache.evaluate_split(model, SPLIT, cache_size,
+                                             extensions=grid_extensions)
+  found = {**made_with, "cache": progress["cache"]}
   for rule in dynamic_eval.METHODS:
     found[f"dynamic_{rule}"] = dynamic_eval.evaluate_split(
-        model, SPLIT, rule, window=dynamic_window, extensions=grid_extensions)
+        model, SPLIT, rule, window=dynamic_window, extensions=grid_extensions,
+        passes=progress)
   for method in METHODS:
     logging.info("testtime: %s, %s: %s perplexity %.2f (the model alone %.2f)", row_dir.name,
                  method, SPLIT, found[method]["perplexity"], found[method]["model_perplexity"])
@@ -218,6 +246,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
       logging.info("testtime: row %s", row.name)
       found = row_results(workdir / row.name, cache_size, dynamic_window, grid_extensions)
       (workdir / row.name / ROW_FILE).write_text(json.dumps(found, indent=1) + "\n")
+      (workdir / row.name / PROGRESS_FILE).unlink()
       evaluated.append(row.name)
     records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
                     "results": found})

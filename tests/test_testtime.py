@@ -359,6 +359,59 @@ def test_page_of_a_table(table_dir, monkeypatch):
   assert "grid_extensions" not in alone and len(alone["cache"]["grid"]) == 4
 
 
+class Stopped(Exception):
+  """A stand-in for the end of a session."""
+
+
+def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, monkeypatch):
+  monkeypatch.setattr(cache, "THETAS", (0.0, 0.3))
+  monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.1))
+  monkeypatch.setattr(dynamic_eval, "GRIDS", {"sgd": {"learning_rate": (0.1, 0.3), "decay": (0.0,)},
+                                              "rms": {"learning_rate": (1e-4,),
+                                                      "decay": (0.01,)}})
+  monkeypatch.setattr(dynamic_eval, "STAT_BATCHES", 2)
+  for name in ("stopped", "whole"):
+    shutil.copytree(table_dir / "none", tmp_path / name / "none",
+                    ignore=shutil.ignore_patterns("testtime*"))
+  made, stop_at, make_pass = [], [3], dynamic_eval.DynamicEvaluator.split_log_probs
+
+  def counted(self, split, rule=None, *args):
+    made.append(split)
+    if len(made) == stop_at[0]:
+      raise Stopped
+    return make_pass(self, split, rule, *args)
+
+  monkeypatch.setattr(dynamic_eval.DynamicEvaluator, "split_log_probs", counted)
+  run = lambda name, size=100: testtime.run("demo", tmp_path / name, cache_size=size,
+                                             dynamic_window=100, grid_extensions=0)
+  with pytest.raises(Stopped):  # in SGD's pass over test, after its two over valid
+    run("stopped")
+  progress = tmp_path / "stopped" / "none" / testtime.PROGRESS_FILE
+  entries = json.loads(progress.read_text())["entries"]
+  assert sorted(entries) == ["cache", "valid dynamic_sgd lr 0.1 decay 0.0",
+                             "valid dynamic_sgd lr 0.3 decay 0.0"]
+  made.clear()
+  stop_at[0] = 0
+  run("stopped")
+  # The four passes left: SGD's over test and the static one (made once for both rules),
+  # then RMS's over valid and over test.
+  assert made == ["test", "test", "valid", "test"]
+  assert not progress.exists()
+  made.clear()
+  run("whole")
+  assert len(made) == 6
+  row_file = lambda name: json.loads((tmp_path / name / "none" / testtime.ROW_FILE).read_text())
+  assert row_file("stopped") == row_file("whole")
+  made.clear()
+  stop_at[0] = 2
+  with pytest.raises(Stopped):
+    run("whole", size=50)
+  made.clear()
+  stop_at[0] = 0
+  run("whole", size=60)   # progress made with another cache size is not taken
+  assert len(made) == 6
+
+
 def test_choices_at_the_edges_of_the_values_searched_are_named():
   grids = {"cache": {"theta": [0.0, 0.5, 1.0], "lambda": [0.0, 0.1, 0.2]},
            "dynamic_sgd": {"learning_rate": [0.1, 1.0], "decay": [0.0, 0.1]},
