@@ -1,14 +1,10 @@
 """The table runner: trains the rows of a published table and sets them beside the paper.
 
-A table (`TABLES`) is a list of rows. A row is a training run given as a file of the
-repository's `configs/` with its argument and command-line-style overrides, plus the row of
-`results.PAPER_RESULTS` its paper printed; or the POS tagger a `tags=1` row reads; or an
-interpolation of two trained rows (`ensemble.interpolate`, nothing trained).
-
-`run(table, workdir)` (`--mode=reproduce`) trains every selected row not yet finished in
-`workdir/<row>` (a row's dependencies first; `train.train_and_evaluate` resumes an
-interrupted run from its latest checkpoint), refuses a row directory made with another
-config, and after each row it runs writes into `workdir`:
+The tables and their rows are data (`tables.TABLES`). `run(table, workdir)`
+(`--mode=reproduce`) trains every selected row not yet finished in `workdir/<row>` (a row's
+dependencies first; `train.train_and_evaluate` resumes an interrupted run from its latest
+checkpoint), refuses a row directory made with another config, and after each row it runs
+writes into `workdir`:
 - `results.json`: every row's config, command, status, parameter count, epochs, final
   perplexities under both rules, the printed numbers and the difference to them, and the
   validation perplexity of every epoch; the table and the command that reproduces it;
@@ -22,7 +18,6 @@ command resumes the row. With `dry_run` it trains nothing and prints the plan: e
 command, epochs, training tokens, parameter count and status in `workdir`. With `pages_only`
 it trains nothing and rewrites the three files from what `workdir` holds (rows still training
 shown running): the pages of a table whose runs go on elsewhere.
-docs/reproduce.md maps the rows to papers.
 """
 
 import dataclasses
@@ -31,7 +26,7 @@ import functools
 import json
 import os
 import pathlib
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 from etils import epath
@@ -47,13 +42,9 @@ from attnlm_jax import logging_utils
 from attnlm_jax import models
 from attnlm_jax import preemption
 from attnlm_jax import results
+from attnlm_jax import tables
 from attnlm_jax import tagger
 from attnlm_jax import train
-
-# Row kinds.
-TRAIN = "train"              # train.train_and_evaluate
-TAGGER = "tagger"            # tagger.train_tagger
-INTERPOLATE = "interpolate"  # ensemble.interpolate of trained rows on valid and test
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
@@ -77,170 +68,22 @@ _ABSENT = "absent"  # How a config key missing on one side shows in a difference
 
 
 class ReproduceError(errors.UserError):
-  """An unknown table or row, or a row directory that holds another config's run."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-  """One row of a table.
-
-  Attributes:
-    name: the row's name, also its directory in the table's workdir.
-    config: a file of configs/ and its argument, "ptb.py:score=single" (train, tagger rows).
-    overrides: dotted config field -> value, as `--config.FIELD=VALUE` sets it.
-    paper: (corpus, model) of its printed row in `results.PAPER_RESULTS`, or None.
-    kind: TRAIN, TAGGER or INTERPOLATE.
-    row_dirs: dotted config field -> the row whose directory it names (the tagger of a
-      `tags=1` row); those rows are trained first.
-    members: INTERPOLATE: the rows mixed, trained first.
-    weights: INTERPOLATE: the weight of each member.
-  """
-  name: str
-  config: str = ""
-  overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  paper: Optional[tuple[str, str]] = None
-  kind: str = TRAIN
-  row_dirs: Mapping[str, str] = dataclasses.field(default_factory=dict)
-  members: tuple[str, ...] = ()
-  weights: tuple[float, ...] = ()
-
-  @property
-  def needs(self) -> tuple[str, ...]:
-    """The rows this one needs finished first."""
-    return (*self.row_dirs.values(), *self.members)
-
-
-@dataclasses.dataclass(frozen=True)
-class Table:
-  """A published table: its title and rows (a row's dependencies come before it), and
-  `reference`, a row that the others are compared with epoch by epoch ("": none), within
-  `tolerance` percent at every epoch."""
-  title: str
-  rows: tuple[Row, ...]
-  reference: str = ""
-  tolerance: float = 1.0
-
-
-# A 1 x 16 model, 50 batches of rows cut to 10 tokens and 2 epochs: seconds per row.
-DEMO_OVERRIDES = {"model.hidden_size": 16, "data.batch_size": 400, "data.max_len": 10,
-                  "data.bucket": False, "data.eval_batch_size": 2000, "train.num_epochs": 2,
-                  "train.patience": 2, "train.save_every_steps": 20,
-                  "train.log_every_steps": 10}
-
-# The bfloat16 check: the papers' recipe for its first 3 epochs (the learning rate is
-# constant until epoch 12), in each compute dtype.
-PRECISION_OVERRIDES = {"train.num_epochs": 3, "model.compute_dtype": "float32"}
-
-def _salton_table(title: str, config_file: str, corpus: str) -> Table:
-  """The six paper-scale rows of the Salton papers' tables on `corpus`: the baseline, the
-  `proj` control, the Attentive LM's two scores, the averaging LM and 1x1-conv attention."""
-  printed = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
-             "average": "Averaging RNN-LM", "conv1x1": "LSTM + 1x1 convolutional attention"}
-  return Table(title, tuple(
-      Row(score, f"{config_file}:score={score}",
-          paper=(corpus, printed[score]) if score in printed else None)
-      for score in ("none", "proj", "single", "combined", "average", "conv1x1")))
-
-
-TABLES = {
-    "zaremba": Table("Zaremba et al. (2015): regularized LSTMs on Penn Treebank", (
-        Row("small", "zaremba.py:size=small", paper=("ptb", "Non-regularized LSTM")),
-        Row("medium", "zaremba.py:size=medium", paper=("ptb", "Medium regularized LSTM")),
-        Row("large", "zaremba.py:size=large", paper=("ptb", "Large regularized LSTM")),
-    )),
-    "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",
-                                "ptb.py", "ptb"),
-    "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",
-                                "wikitext2.py", "wikitext2"),
-    "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (
-        Row("tagger", "tagger.py", kind=TAGGER),
-        Row("lstm", "das.py:model=lstm", paper=("ptb", "LSTM 1x300")),
-        Row("lstmn", "das.py:model=lstmn", paper=("ptb", "LSTMN")),
-        Row("das", "das.py:model=das", paper=("ptb", "DAS LM")),
-        Row("das_lstmn", "das.py:model=das_lstmn", paper=("ptb", "DAS-LSTMN")),
-        Row("das_lstmn_tags", "das.py:model=das_lstmn,tags=1",
-            paper=("ptb", "DAS-LSTMN + tagging model"),
-            row_dirs={"data.tagger_dir": "tagger"}),
-        Row("interpolated", kind=INTERPOLATE, members=("das_lstmn_tags", "lstm"),
-            weights=(0.5, 0.5), paper=("ptb", "DAS-LSTMN + tags, interpolated with LSTM")),
-    )),
-    "ptb_cpu": Table("Attention scores on Penn Treebank, 1 x 200, on a CPU", (
-        Row("none", "ptb_small.py:score=none"),
-        Row("proj", "ptb_small.py:score=proj"),
-        Row("single", "ptb_small.py:score=single"),
-        Row("combined", "ptb_small.py:score=combined"),
-        Row("average", "ptb_small.py:score=average"),
-        Row("conv1x1", "ptb_small.py:score=conv1x1"),
-    )),
-    "precision": Table("bfloat16 against float32: 3 epochs of the 2 x 650 PTB `single` row", (
-        Row("float32", "ptb.py:score=single", PRECISION_OVERRIDES),
-        Row("bfloat16", "ptb.py:score=single",
-            {**PRECISION_OVERRIDES, "model.compute_dtype": "bfloat16"}),
-        # The same float32 arithmetic summed in another order (two batch shards): how far
-        # rounding alone moves the curve.
-        Row("float32_2shards", "ptb.py:score=single",
-            {**PRECISION_OVERRIDES, "train.grad_shards": 2}),
-    ), reference="float32", tolerance=1.0),
-    "demo": Table("Demo: a 1 x 16 LSTM with and without attention, embedded corpus", (
-        Row("none", "demo.py:score=none", DEMO_OVERRIDES),
-        Row("single", "demo.py:score=single", DEMO_OVERRIDES),
-    )),
-}
+  """A row directory that holds another config's run."""
 
 
 # --------------------------------------------------------------------------- rows
 
 
-def configs_dir() -> pathlib.Path:
-  """The repository's configs/ (beside the attnlm_jax package of a clone)."""
-  path = pathlib.Path(__file__).resolve().parents[1] / "configs"
-  if not path.is_dir():
-    raise ReproduceError(f"{path} not found: the table runner reads the repository's "
-                         "configs/; run it from a clone (pip install -e .)")
-  return path
-
-
-def get_table(name: str) -> Table:
-  """The table called `name`."""
-  if name not in TABLES:
-    raise ReproduceError(f"unknown table {name!r}: choose --table from {', '.join(TABLES)}")
-  return TABLES[name]
-
-
-def row_names(rows: Union[str, Sequence[str]]) -> list[str]:
-  """A `rows` argument as a list: a sequence of names, or one comma-separated string ("" is
-  none)."""
-  return (rows.split(",") if rows else []) if isinstance(rows, str) else list(rows)
-
-
-def select_rows(name: str, rows: Sequence[str] = ()) -> list[Row]:
-  """The rows of table `name` called `rows` (all when empty) and the rows they need, in the
-  table's order."""
-  by_name = {row.name: row for row in get_table(name).rows}
-  unknown = [row for row in rows if row not in by_name]
-  if unknown:
-    raise ReproduceError(f"unknown row {', '.join(unknown)} of table {name}: choose --rows "
-                         f"from {', '.join(by_name)}")
-  wanted = set(rows or by_name)
-  pending = list(wanted)
-  while pending:
-    for need in by_name[pending.pop()].needs:
-      if need not in wanted:
-        wanted.add(need)
-        pending.append(need)
-  return [row for row in by_name.values() if row.name in wanted]
-
-
-def _overrides(row: Row, workdir: epath.Path) -> dict:
+def _overrides(row: tables.Row, workdir: epath.Path) -> dict:
   """The row's overrides with the directories of the rows it reads filled in."""
   return {**row.overrides, **{key: str(workdir / name) for key, name in row.row_dirs.items()}}
 
 
-def row_config(row: Row, workdir: epath.Path) -> Optional[ml_collections.ConfigDict]:
+def row_config(row: tables.Row, workdir: epath.Path) -> Optional[ml_collections.ConfigDict]:
   """The config a training or tagger row runs with (None for an interpolation)."""
-  if row.kind == INTERPOLATE:
+  if row.kind == tables.INTERPOLATE:
     return None
-  return analysis.load_config(configs_dir() / row.config, _overrides(row, workdir))
+  return analysis.load_config(tables.configs_dir() / row.config, _overrides(row, workdir))
 
 
 def _flag(value) -> str:
@@ -257,22 +100,22 @@ def as_typed(path: epath.Path) -> epath.Path:
   return path
 
 
-def row_command(row: Row, workdir: epath.Path) -> str:
+def row_command(row: tables.Row, workdir: epath.Path) -> str:
   """The command that runs this row alone."""
   workdir = as_typed(workdir)
-  if row.kind == INTERPOLATE:
+  if row.kind == tables.INTERPOLATE:
     return ("python -m attnlm_jax.main --mode=evaluate --split=test "
             f"--workdirs={','.join(str(workdir / m) for m in row.members)} "
             f"--weights={','.join(map(str, row.weights))}")
-  mode = ["--mode=train_tagger"] if row.kind == TAGGER else []
+  mode = ["--mode=train_tagger"] if row.kind == tables.TAGGER else []
   flags = [f"--config.{key}={_flag(value)}" for key, value in _overrides(row, workdir).items()]
   return " ".join(["python -m attnlm_jax.main", *mode, f"--config=configs/{row.config}",
                    *flags, f"--workdir={workdir / row.name}"])
 
 
-def _config_text(row: Row) -> str:
+def _config_text(row: tables.Row) -> str:
   """The row's model as results.md shows it: config file, argument and overrides."""
-  if row.kind == INTERPOLATE:
+  if row.kind == tables.INTERPOLATE:
     return (f"interpolation of {' and '.join(row.members)}, weights "
             f"{', '.join(map(str, row.weights))}")
   overrides = [f"{key}={_flag(value)}" for key, value in row.overrides.items()]
@@ -316,28 +159,29 @@ def config_differences(expected: Mapping, saved: Mapping) -> dict[str, tuple[Any
   return {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
 
 
-def _saved_config(row: Row, row_dir: epath.Path) -> Optional[dict]:
+def _saved_config(row: tables.Row, row_dir: epath.Path) -> Optional[dict]:
   """The part of a row directory's saved config that its config must match, or None."""
-  if row.kind == TAGGER and (row_dir / TAGGER_FILE).exists():
+  if row.kind == tables.TAGGER and (row_dir / TAGGER_FILE).exists():
     return {"model": json.loads((row_dir / TAGGER_FILE).read_text())["config"]}
-  if row.kind == TRAIN and (row_dir / checkpoints.CONFIG_FILE).exists():
+  if row.kind == tables.TRAIN and (row_dir / checkpoints.CONFIG_FILE).exists():
     return _as_json(checkpoints.read_config(row_dir))
   return None
 
 
-def _differences(row: Row, row_dir: epath.Path, config) -> list[str]:
+def _differences(row: tables.Row, row_dir: epath.Path, config) -> list[str]:
   """How the config saved in `row_dir` differs from the row's, one text per key."""
   saved = _saved_config(row, row_dir)
   if saved is None:
     return []
-  expected = {"model": _as_json(config.model)} if row.kind == TAGGER else _as_json(config)
+  expected = ({"model": _as_json(config.model)} if row.kind == tables.TAGGER
+              else _as_json(config))
   return [f"{key} is {there} there, {here} here"
           for key, (there, here) in config_differences(expected, saved).items()]
 
 
 def check_workdir(name: str, workdir: epath.Path, configs: Mapping[str, Any]) -> None:
   """Refuses a row directory of table `name` holding a run of another config."""
-  for row in get_table(name).rows:
+  for row in tables.get_table(name).rows:
     differences = _differences(row, workdir / row.name, configs[row.name])
     if differences:
       raise ReproduceError(
@@ -384,17 +228,17 @@ def _interpolation_state(row_dir: epath.Path) -> dict:
              for key in ("perplexity", "perplexity_paper_convention")}}
 
 
-_STATE_READERS = {TRAIN: _training_state, TAGGER: _tagger_state,
-                  INTERPOLATE: _interpolation_state}
+_STATE_READERS = {tables.TRAIN: _training_state, tables.TAGGER: _tagger_state,
+                  tables.INTERPOLATE: _interpolation_state}
 
 
-def row_state(row: Row, workdir: epath.Path) -> dict:
+def row_state(row: tables.Row, workdir: epath.Path) -> dict:
   """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED or "running: epoch k of n",
   ...}."""
   return _STATE_READERS[row.kind](workdir / row.name)
 
 
-def row_record(row: Row, workdir: epath.Path, config) -> dict:
+def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
   """The row as results.json lists it (None for what does not apply or is not known yet)."""
   record = {"name": row.name, "kind": row.kind,
             "config": f"configs/{row.config}" if row.config else None,
@@ -536,7 +380,7 @@ def write_results(name: str, workdir: epath.Path, configs: Mapping[str, Any],
   Returns:
     the results.json dict: {"table", "title", "date", "command", "workdir", "rows"}.
   """
-  table = get_table(name)
+  table = tables.get_table(name)
   summary = {"table": name, "title": table.title,
              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "command": command, "workdir": str(as_typed(workdir)),
@@ -599,7 +443,7 @@ def _tagger_tokens(config: ml_collections.ConfigDict) -> int:
   return sum(len(words) for words, _ in sentences)
 
 
-def plan_row(row: Row, workdir: epath.Path, config, cache: dict) -> dict:
+def plan_row(row: tables.Row, workdir: epath.Path, config, cache: dict) -> dict:
   """What training the row takes: epochs, tokens, parameters, and its status in workdir."""
   state = row_state(row, workdir)
   differences = _differences(row, workdir / row.name, config) if config else []
@@ -612,12 +456,12 @@ def plan_row(row: Row, workdir: epath.Path, config, cache: dict) -> dict:
           "params": state.get("params"), "note": "",
           "status": f"config differs: {'; '.join(differences)}" if differences
                     else state["status"]}
-  if row.kind == INTERPOLATE:
+  if row.kind == tables.INTERPOLATE:
     plan["note"] = f"no training: mixes {' and '.join(row.members)}"
     return plan
   plan["epochs"] = config.train.num_epochs
   try:
-    if row.kind == TAGGER:
+    if row.kind == tables.TAGGER:
       plan["tokens_per_epoch"] = _tagger_tokens(config)
     else:
       data = _training_data(config.data, cache)
@@ -645,7 +489,7 @@ def format_plan(name: str, workdir: epath.Path, plan: Sequence[dict]) -> str:
   text = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
           for line in [headers, *lines]]
   notes = [f"  {p['name']}: {p['note']}" for p in plan if p["note"]]
-  return "\n".join([f"Table {name}: {get_table(name).title}; dry run in {workdir}", "",
+  return "\n".join([f"Table {name}: {tables.get_table(name).title}; dry run in {workdir}", "",
                     *text, "(epochs: at most; early stopping may end a row sooner)", "",
                     "Commands:", *(f"  {p['name']}: {p['command']}" for p in plan),
                     *(["", "Notes:", *notes] if notes else []), ""])
@@ -654,12 +498,12 @@ def format_plan(name: str, workdir: epath.Path, plan: Sequence[dict]) -> str:
 # --------------------------------------------------------------------------- running
 
 
-def _run_row(row: Row, workdir: epath.Path, config) -> None:
+def _run_row(row: tables.Row, workdir: epath.Path, config) -> None:
   """Trains (or interpolates) one row into workdir/<row>."""
   row_dir = workdir / row.name
-  if row.kind == TRAIN:
+  if row.kind == tables.TRAIN:
     train.train_and_evaluate(config, row_dir)
-  elif row.kind == TAGGER:
+  elif row.kind == tables.TAGGER:
     tagger.train_tagger(config, row_dir)
   else:
     mixture = {split: ensemble.interpolate([workdir / m for m in row.members], split,
@@ -673,7 +517,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
   """`--mode=reproduce`: trains the table's rows not yet finished and writes its results.
 
   Args:
-    table: a name of TABLES.
+    table: a name of `tables.TABLES`.
     workdir: the table's directory (local or gs://); row R trains in workdir/R.
     rows: the rows to run (default all); the rows they need are run too.
     dry_run: train nothing: print the plan (stdout) and return it.
@@ -686,15 +530,15 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
      "rows": {name: status}}.
 
   Raises:
-    ReproduceError: an unknown table or row, or a row directory holding another config's
-      run (nothing is trained then).
+    tables.TableError: an unknown table or row (nothing is trained then).
+    ReproduceError: a row directory holding another config's run (nothing is trained then).
     preemption.Stopped: SIGTERM or SIGINT stopped the row in training after saving it; the
       results files are written first, with that row running (rerunning resumes it).
   """
-  rows = row_names(rows)
-  selected = select_rows(table, rows)
+  rows = tables.row_names(rows)
+  selected = tables.select_rows(table, rows)
   workdir = epath.Path(str(workdir))
-  configs = {row.name: row_config(row, workdir) for row in get_table(table).rows}
+  configs = {row.name: row_config(row, workdir) for row in tables.get_table(table).rows}
   if dry_run:
     cache = {}
     plan = [plan_row(row, workdir, configs[row.name], cache) for row in selected]

@@ -1,7 +1,7 @@
 """The test-time page of a table: the neural cache and dynamic evaluation of its rows.
 
 `run(table, workdir)` (`--mode=testtime`) takes every finished training row of a table of
-`reproduce.TABLES` in `workdir/<row>` (what `--mode=reproduce` trained there) and evaluates
+`tables.TABLES` in `workdir/<row>` (what `--mode=reproduce` trained there) and evaluates
 its test split with a neural cache of `cache_size` pairs (`cache.py`) and with dynamic
 evaluation under both update rules (`dynamic_eval.py`), each method's hyperparameters
 chosen on the validation split by its grid search (extended past an edge its best point
@@ -31,6 +31,7 @@ from attnlm_jax import evaluate
 from attnlm_jax import grid_search
 from attnlm_jax import reproduce
 from attnlm_jax import results
+from attnlm_jax import tables
 
 CACHE_SIZE = 2000        # The cache size of a page unless --cache gives one.
 PAGE_JSON = "testtime.json"
@@ -219,7 +220,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
   methods and writes the page.
 
   Args:
-    table: a name of `reproduce.TABLES`.
+    table: a name of `tables.TABLES`.
     workdir: the table's directory (its rows in workdir/<row>).
     rows: the rows to evaluate (default all); the page lists every training row, with the
       results saved earlier for the rows not evaluated now.
@@ -233,12 +234,12 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
      status}}.
   """
   cache.check(cache_size, None, None)
-  rows = reproduce.row_names(rows)
-  selected = {row.name for row in reproduce.select_rows(table, rows)}
+  rows = tables.row_names(rows)
+  selected = {row.name for row in tables.select_rows(table, rows)}
   workdir = epath.Path(str(workdir))
   records, evaluated = [], []
-  for row in reproduce.get_table(table).rows:
-    if row.kind != reproduce.TRAIN:
+  for row in tables.get_table(table).rows:
+    if row.kind != tables.TRAIN:
       continue
     state = reproduce.row_state(row, workdir)
     found = _saved(workdir / row.name, cache_size, dynamic_window, grid_extensions)
@@ -255,7 +256,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
                       *([f"--rows={','.join(rows)}"] if rows else []),
                       f"--cache={cache_size}", f"--dynamic_window={dynamic_window}",
                       f"--grid_extensions={grid_extensions}"])
-  page = {"table": table, "title": reproduce.get_table(table).title,
+  page = {"table": table, "title": tables.get_table(table).title,
           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
           "command": command, "cache_size": cache_size, "dynamic_window": dynamic_window,
           "grid_extensions": grid_extensions, "rows": records}

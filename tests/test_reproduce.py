@@ -18,6 +18,7 @@ from attnlm_jax import preemption
 from attnlm_jax import reproduce
 from attnlm_jax import results
 from attnlm_jax import schedules
+from attnlm_jax import tables
 from attnlm_jax import train
 import tiny_config
 
@@ -33,7 +34,7 @@ def _digest(path) -> str:
 
 
 def _configs(name, workdir) -> dict:
-  return {row.name: reproduce.row_config(row, workdir) for row in reproduce.TABLES[name].rows}
+  return {row.name: reproduce.row_config(row, workdir) for row in tables.TABLES[name].rows}
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +192,7 @@ def test_dry_run_without_the_corpora_says_so_for_each_row(tmp_path, capsys, monk
   for name in ("salton_ptb", "das"):
     plan = reproduce.run(name, tmp_path / name, dry_run=True)["plan"]
     printed = capsys.readouterr().out
-    trained = [p for p in plan if p["kind"] != reproduce.INTERPOLATE]
+    trained = [p for p in plan if p["kind"] != tables.INTERPOLATE]
     assert all(p["note"].startswith("corpus not found") for p in trained)
     assert all(p["tokens_per_epoch"] is None and p["epochs"] for p in trained)
     assert printed.count("corpus not found") >= 2 * len(trained)   # table and notes
@@ -200,17 +201,17 @@ def test_dry_run_without_the_corpora_says_so_for_each_row(tmp_path, capsys, monk
 
 def test_rows_bring_the_rows_they_need(tmp_path):
   names = lambda rows: [row.name for row in rows]
-  assert names(reproduce.select_rows("das", ["interpolated"])) == [
+  assert names(tables.select_rows("das", ["interpolated"])) == [
       "tagger", "lstm", "das_lstmn_tags", "interpolated"]
-  assert names(reproduce.select_rows("das", ["lstm", "das"])) == ["lstm", "das"]
-  assert names(reproduce.select_rows("demo")) == ["none", "single"]
+  assert names(tables.select_rows("das", ["lstm", "das"])) == ["lstm", "das"]
+  assert names(tables.select_rows("demo")) == ["none", "single"]
   plan = reproduce.run("demo", tmp_path, rows=["single"], dry_run=True)["plan"]
   assert [p["name"] for p in plan] == ["single"]
   for rows, expected in (("single", ["single"]), ("none,single", ["none", "single"]),
                          ("", ["none", "single"])):     # "" selects no row: all of them
     plan = reproduce.run("demo", tmp_path, rows=rows, dry_run=True)["plan"]
     assert [p["name"] for p in plan] == expected, rows
-  das = reproduce.TABLES["das"].rows
+  das = tables.TABLES["das"].rows
   command = reproduce.row_command(das[5], tmp_path)
   assert f"--config.data.tagger_dir={tmp_path / 'tagger'}" in command
   assert reproduce.row_config(das[5], tmp_path).data.tagger_dir == str(tmp_path / "tagger")
@@ -218,17 +219,17 @@ def test_rows_bring_the_rows_they_need(tmp_path):
 
 def test_commands_under_the_current_directory_are_printed_relative(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
-  command = reproduce.row_command(reproduce.TABLES["das"].rows[5], tmp_path / "runs" / "das")
+  command = reproduce.row_command(tables.TABLES["das"].rows[5], tmp_path / "runs" / "das")
   assert command.endswith("--config.data.tagger_dir=runs/das/tagger "
                           "--workdir=runs/das/das_lstmn_tags")
 
 
 def test_unknown_tables_and_rows_are_one_line_errors_listing_the_valid_ones():
-  with pytest.raises(reproduce.ReproduceError) as error:
+  with pytest.raises(tables.TableError) as error:
     reproduce.run("salton", "/tmp/unused")
   assert str(error.value) == ("unknown table 'salton': choose --table from zaremba, "
                               "salton_ptb, salton_wt2, das, ptb_cpu, precision, demo")
-  with pytest.raises(reproduce.ReproduceError) as error:
+  with pytest.raises(tables.TableError) as error:
     reproduce.run("salton_ptb", "/tmp/unused", rows=["single", "bogus"], dry_run=True)
   assert str(error.value) == ("unknown row bogus of table salton_ptb: choose --rows from "
                               + ", ".join(SALTON_ROWS))
@@ -256,14 +257,14 @@ def _synthetic_run(row_dir, final: Optional[dict] = None, train_seconds: bool = 
 @pytest.fixture
 def synthetic(monkeypatch):
   """Table `synthetic` of three printed rows (Salton et al. on PTB and WikiText-2, Zaremba et
-  al.) in reproduce.TABLES, with training forbidden; returns its name."""
-  table = reproduce.Table("synthetic", (
-      reproduce.Row("single", "ptb.py:score=single", paper=("ptb", "Attentive LM, single score")),
-      reproduce.Row("medium", "ptb.py:score=none", paper=("ptb", "Medium regularized LSTM")),
-      reproduce.Row("average", "wikitext2.py:score=average",
+  al.) in tables.TABLES, with training forbidden; returns its name."""
+  table = tables.Table("synthetic", (
+      tables.Row("single", "ptb.py:score=single", paper=("ptb", "Attentive LM, single score")),
+      tables.Row("medium", "ptb.py:score=none", paper=("ptb", "Medium regularized LSTM")),
+      tables.Row("average", "wikitext2.py:score=average",
                     paper=("wikitext2", "Averaging RNN-LM")),
   ))
-  monkeypatch.setitem(reproduce.TABLES, "synthetic", table)
+  monkeypatch.setitem(tables.TABLES, "synthetic", table)
   monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
   return "synthetic"
 
@@ -327,17 +328,17 @@ def test_a_row_stopped_by_a_signal_is_shown_running_and_the_stop_goes_on(synthet
 
 
 def test_tables_are_well_formed():
-  for name, table in reproduce.TABLES.items():
+  for name, table in tables.TABLES.items():
     names = [row.name for row in table.rows]
     assert len(set(names)) == len(names), name
     for index, row in enumerate(table.rows):
       assert set(row.needs) <= set(names[:index]), (name, row.name)  # needed rows come first
       if row.paper:
         results.paper_result(*row.paper)
-      if row.kind == reproduce.INTERPOLATE:
+      if row.kind == tables.INTERPOLATE:
         assert len(row.members) == len(row.weights) >= 2 and sum(row.weights) == 1
         continue
-      config = analysis.load_config(reproduce.configs_dir() / row.config)
+      config = analysis.load_config(tables.configs_dir() / row.config)
       for key in (*row.overrides, *row.row_dirs):
         section, field = key.split(".")
         assert field in config[section], (name, row.name, key)
@@ -349,17 +350,17 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
   sentence = "the DT B-NP\ndog NN I-NP\nruns VBZ B-VP\nfast RB B-ADVP\n"
   for split in ("train", "test"):
     (conll / f"{split}.txt").write_text("\n".join([sentence] * 30))
-  demo_rows = reproduce.TABLES["demo"].rows
+  demo_rows = tables.TABLES["demo"].rows
 
   def table(tagger_units):
     tagger = {"data.data_dir": str(conll), "data.treebank_dir": "", "model.embed_size": 8,
               "model.suffix_size": 4, "model.hidden_size": tagger_units, "train.num_epochs": 1}
-    return reproduce.Table("mixed", (
-        *demo_rows, reproduce.Row("tagger", "tagger.py", tagger, kind=reproduce.TAGGER),
-        reproduce.Row("mixed", kind=reproduce.INTERPOLATE, members=("none", "single"),
+    return tables.Table("mixed", (
+        *demo_rows, tables.Row("tagger", "tagger.py", tagger, kind=tables.TAGGER),
+        tables.Row("mixed", kind=tables.INTERPOLATE, members=("none", "single"),
                       weights=(0.5, 0.5))))
 
-  monkeypatch.setitem(reproduce.TABLES, "mixed", table(8))
+  monkeypatch.setitem(tables.TABLES, "mixed", table(8))
   workdir = tmp_path / "table"
   for row in demo_rows:                 # finished: only the new rows run
     shutil.copytree(demo[0] / row.name, workdir / row.name)
@@ -377,7 +378,7 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
   monkeypatch.setattr(reproduce.tagger, "train_tagger", tiny_config.must_not_run)
   monkeypatch.setattr(reproduce.ensemble, "interpolate", tiny_config.must_not_run)
   assert reproduce.run("mixed", workdir)["trained"] == []
-  monkeypatch.setitem(reproduce.TABLES, "mixed", table(16))
+  monkeypatch.setitem(tables.TABLES, "mixed", table(16))
   with pytest.raises(reproduce.ReproduceError, match="model.hidden_size is 8 there, 16 here"):
     reproduce.run("mixed", workdir)
 
@@ -395,7 +396,7 @@ def test_committed_pages_are_what_the_runner_writes_from_the_committed_logs(
   monkeypatch.chdir(tmp_path)
   monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
   assert any((committed / row.name / logging_utils.METRICS_FILE).exists()
-             for row in reproduce.TABLES[table].rows)
+             for row in tables.TABLES[table].rows)
   read = lambda d: json.loads((d / reproduce.RESULTS_JSON).read_text())
   flags = dict(arg[2:].split("=") for arg in read(committed)["command"].split()[3:])
   assert flags.pop("mode") == "reproduce" and flags.pop("table") == table
