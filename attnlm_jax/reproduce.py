@@ -11,7 +11,8 @@ writes into `workdir`:
 - `results.md`: the same as one Markdown table;
 - `curves.png`: validation perplexity per epoch, one line per trained row.
 A row that has started and not finished is shown running, with its epochs done, the best
-validation perplexity so far and the last epoch's training time. When SIGTERM or SIGINT stops
+validation perplexity so far, the last epoch's training time and the epoch after which early
+stopping ends it unless it improves before then. When SIGTERM or SIGINT stops
 the row in training (`preemption.Stopped`, after its checkpoint is saved), the results files
 are written with that row running and the exception goes on to the caller; rerunning the same
 command resumes the row. With `dry_run` it trains nothing and prints the plan: each row's
@@ -205,8 +206,19 @@ def _training_state(row_dir: epath.Path) -> dict:
   if not run["finished"]:
     state.update(status=f"{RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
                  best_valid_perplexity=run["best_valid_perplexity"],
-                 last_epoch_seconds=run["last_epoch_seconds"])
+                 last_epoch_seconds=run["last_epoch_seconds"],
+                 patience_ends=_patience_ends(run))
   return state
+
+
+def _patience_ends(run: dict) -> Optional[int]:
+  """The epoch after which early stopping ends a running row unless an epoch before it
+  improves on the best so far: best epoch + patience, when that comes before the row's last
+  epoch (else None, as when the log does not record them)."""
+  known = None not in (run["best_epoch"], run["patience"], run["num_epochs"])
+  if known and run["best_epoch"] + run["patience"] < run["num_epochs"]:
+    return run["best_epoch"] + run["patience"]
+  return None
 
 
 def _tagger_state(row_dir: epath.Path) -> dict:
@@ -308,6 +320,9 @@ def _running_note(record: dict) -> str:
              f"(epoch {record['best_epoch']})")
   if record["last_epoch_seconds"] is not None:
     note += f", last epoch {record['last_epoch_seconds']:,.1f} s"
+  if record.get("patience_ends") is not None:  # Pages written before the key lack it.
+    note += (f"; early stopping ends it after epoch {record['patience_ends']} unless an "
+             f"epoch before then improves on epoch {record['best_epoch']}")
   return note + "."
 
 

@@ -163,7 +163,8 @@ def read_run(workdir) -> dict:
      "hidden_size", "num_layers", "params", "finished" (a final evaluation was written),
      "best_epoch" (the final evaluation's; until finished, the epoch of the lowest
      validation perplexity so far, None before the first epoch), the final RUN_KEYS (None
-     until finished), "num_epochs" (the config's most epochs, None when not recorded),
+     until finished), "num_epochs" (the config's most epochs) and "patience" (its early
+     stopping's, each None when not recorded),
      "valid_curve": [[epoch, valid perplexity], ...] (the last record of each epoch: a
      resumed run may have validated one twice), "epochs_run" (epochs validated),
      "best_valid_perplexity" (the lowest of the curve, standard rule; None before the first
@@ -193,7 +194,8 @@ def read_run(workdir) -> dict:
           "num_layers": config["model"]["num_layers"], "params": starts[-1]["num_params"],
           "finished": bool(final), "best_epoch": final.get("best_epoch") if final else best[0],
           **{key: final.get(f"final_{key}") for key in RUN_KEYS},
-          "num_epochs": config.get("train", {}).get("num_epochs"), "valid_curve": curve,
+          "num_epochs": config.get("train", {}).get("num_epochs"),
+          "patience": config.get("train", {}).get("patience"), "valid_curve": curve,
           "epochs_run": len(curve), "best_valid_perplexity": best[1],
           "last_epoch_seconds": _last_epoch_seconds([epoch_records[e] for e, _ in curve]),
           "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts))))}

@@ -86,6 +86,7 @@ def test_a_stopped_row_is_shown_running_and_resumes_from_its_checkpoint(demo):
   assert single["epochs_run"] == single["best_epoch"] == 1
   assert single["best_valid_perplexity"] == first_epoch["valid_perplexity"]
   assert single["last_epoch_seconds"] == first_epoch["train_seconds"] > 0
+  assert single["patience_ends"] is None     # best epoch 1 + patience 2 is past epoch 2
   assert single["test_perplexity"] is None
   assert [row["status"] for row in stopped_rows] == ["not started", single["status"]]
   valid = f"{first_epoch['valid_perplexity']:.1f}"
@@ -247,7 +248,7 @@ def _synthetic_run(row_dir, final: Optional[dict] = None, train_seconds: bool = 
   if not train_seconds:
     epochs = [{k: v for k, v in r.items() if k != "train_seconds"} for r in epochs]
   records = [{"event": "start", "step": 0, "num_params": 14_500_000,
-              "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 40},
+              "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 40, "patience": 10},
                          "model": {"score": "single", "hidden_size": 650, "num_layers": 2}}},
              *epochs, *([{"step": 20, "best_epoch": 2, **final}] if final else [])]
   (row_dir / logging_utils.METRICS_FILE).write_text(
@@ -321,10 +322,13 @@ def test_a_row_stopped_by_a_signal_is_shown_running_and_the_stop_goes_on(synthet
   markdown = (tmp_path / reproduce.RESULTS_MD).read_text().splitlines()
   assert ("| single | configs/ptb.py:score=single | 14,500,000 | running: 3 of 40 (best 2) | "
           "100.0 (so far) | - | - | - | 71.7 / 70.1 |") in "\n".join(markdown)
+  assert single["patience_ends"] == 12                 # best epoch 2, patience 10
   assert ("- `single` is still training: 3 of 40 epochs done, best valid perplexity so far "
-          "100.0 (epoch 2), last epoch 65.5 s.") in markdown
+          "100.0 (epoch 2), last epoch 65.5 s; early stopping ends it after epoch 12 unless an "
+          "epoch before then improves on epoch 2.") in markdown
   assert ("- `medium` is still training: 3 of 40 epochs done, best valid perplexity so far "
-          "100.0 (epoch 2).") in markdown
+          "100.0 (epoch 2); early stopping ends it after epoch 12 unless an epoch before then "
+          "improves on epoch 2.") in markdown
 
 
 def test_tables_are_well_formed():
