@@ -12,13 +12,13 @@ writes into `workdir`:
 - `curves.png`: validation perplexity per epoch, one line per trained row.
 A row that has started and not finished is shown running, with its epochs done, the best
 validation perplexity so far, the last epoch's training time and the epoch after which early
-stopping ends it unless it improves before then. When SIGTERM or SIGINT stops
-the row in training (`preemption.Stopped`, after its checkpoint is saved), the results files
-are written with that row running and the exception goes on to the caller; rerunning the same
+stopping ends it unless it improves before then. When SIGTERM or SIGINT stops the row in
+training (`preemption.Stopped`, after its checkpoint is saved), the results files are
+written with that row running and the exception goes on to the caller; rerunning the same
 command resumes the row. With `dry_run` it trains nothing and prints the plan: each row's
 command, epochs, training tokens, parameter count and status in `workdir`. With `pages_only`
-it trains nothing and rewrites the three files from what `workdir` holds (rows still training
-shown running): the pages of a table whose runs go on elsewhere.
+it trains nothing and rewrites the three files from what `workdir` holds (rows still
+training shown running): the pages of a table whose runs go on elsewhere.
 """
 
 import dataclasses

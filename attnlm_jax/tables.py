@@ -74,6 +74,7 @@ DEMO_OVERRIDES = {"model.hidden_size": 16, "data.batch_size": 400, "data.max_len
 # constant until epoch 12), in each compute dtype.
 PRECISION_OVERRIDES = {"train.num_epochs": 3, "model.compute_dtype": "float32"}
 
+
 def _salton_table(title: str, config_file: str, corpus: str) -> Table:
   """The six paper-scale rows of the Salton papers' tables on `corpus`: the baseline, the
   `proj` control, the Attentive LM's two scores, the averaging LM and 1x1-conv attention."""
