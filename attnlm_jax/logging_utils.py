@@ -3,7 +3,7 @@
 Everything is written by process 0 only. In the workdir:
 - `metrics.jsonl`: one JSON object per line; a run starts with a `{"event": "start", ...}`
   line holding the config, the parameter count and where it runs (platform, devices, the
-  host's CPUs: `host_cpus`), then one line per logged step or epoch;
+  host's CPUs: `host_cpus`, and their model: `cpu_model`), then one line per logged step or epoch;
 - `tensorboard/`: event files (tensorboardX, no TensorFlow) with the same scalars and the
   config as text.
 On a terminal the progress is a tqdm bar (epoch, step, loss, tokens/s); when stderr is not a
@@ -15,9 +15,11 @@ workdir through `etils.epath` at most every `MIRROR_SECONDS` and when the writer
 existing `metrics.jsonl` is copied in first, so a resumed run appends to it).
 """
 
+import contextlib
 import json
 import logging as std_logging
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -113,6 +115,16 @@ def host_cpus() -> int:
   if hasattr(os, "sched_getaffinity"):
     return len(os.sched_getaffinity(0))
   return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+  """The CPU's model name (/proc/cpuinfo), else the platform's processor string: a CPU
+  run's speed, and the last bits of its float32 sums, depend on it."""
+  with contextlib.suppress(OSError):
+    for line in open("/proc/cpuinfo", encoding="utf-8"):
+      if line.startswith("model name"):
+        return line.split(":", 1)[1].strip()
+  return platform.processor()
 
 
 class MetricWriter:

@@ -142,13 +142,15 @@ def _last_epoch_seconds(epoch_records: Sequence[dict]) -> Optional[float]:
 
 
 def ran_on(start: Mapping[str, Any]) -> Optional[str]:
-  """Where a training session ran, from its start record: "cpu, 1 device, 2 host CPUs", with
-  an accelerator's name ("gpu (NVIDIA H100 80GB HBM3), 1 device, 16 host CPUs"); None for a
-  record that does not say (written before `platform` and `host_cpus` were logged)."""
+  """Where a training session ran, from its start record: "cpu (Intel(R) Xeon(R) Processor),
+  1 device, 2 host CPUs" with the CPU's model (without it for a log from before `cpu_model`
+  was logged), or with an accelerator's name ("gpu (NVIDIA H100 80GB HBM3), 1 device, 16 host
+  CPUs"); None for a record that does not say (from before `platform` and `host_cpus`)."""
   if "platform" not in start:
     return None
   plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"
-  kind = start.get("device_kind")
+  kind = (start.get("cpu_model") if start["platform"] == "cpu"
+          else start.get("device_kind"))
   platform = (f"{start['platform']} ({kind})" if kind and kind != start["platform"]
               else start["platform"])
   return (f"{platform}, {plural(start['devices'], 'device')}, "

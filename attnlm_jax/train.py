@@ -215,6 +215,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, data: data_lib.LMData
                      platform=jax.default_backend(), devices=jax.device_count(),
                      device_kind=jax.devices()[0].device_kind,
                      host_cpus=logging_utils.host_cpus(),
+                     cpu_model=logging_utils.cpu_model(),
                      train_batches=data.num_train_batches(),
                      vocab_size=vocab_size,
                      unigram_valid_perplexity=losses.unigram_perplexity(

@@ -46,7 +46,6 @@ It prints one JSON line (with the command that gave it); `--nopeer` times the JA
 side, one per core, against one on both: docs/training.md).
 """
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -287,7 +286,7 @@ def _measure(config, num_steps, rounds, with_peer, tmp: epath.Path, config_name)
                                                    "dropout", "compute_dtype")},
       "data": {key: config.data[key] for key in ("corpus", "span", "batch_size", "max_len",
                                                  "bucket")},
-      "cpu": _cpu_model(), "threads": len(os.sched_getaffinity(0)),
+      "cpu": logging_utils.cpu_model(), "threads": len(os.sched_getaffinity(0)),
       "versions": {"jax": jax.__version__, **({"torch": peer.torch.__version__}
                                               if peer is not None else {})},
       "steps": num_steps, "rounds": rounds, "timed_tokens": int(tokens),
@@ -311,16 +310,6 @@ def _measure(config, num_steps, rounds, with_peer, tmp: epath.Path, config_name)
     record["ratio_jax_over_torch"] = {"tokens_per_s": round(rate["jax"] / rate["torch"], 3),
                                       "epoch": round(epoch_s["torch"] / epoch_s["jax"], 3)}
   return record
-
-
-def _cpu_model() -> str:
-  """The CPU's model name (/proc/cpuinfo), or the platform's processor string."""
-  with contextlib.suppress(OSError):
-    for line in open("/proc/cpuinfo", encoding="utf-8"):
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  import platform  # pylint: disable=g-import-not-at-top
-  return platform.processor()
 
 
 def main(argv: list[str]) -> None:

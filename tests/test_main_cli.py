@@ -45,6 +45,8 @@ def test_the_start_record_says_where_the_run_trained(workdir):
   assert start["event"] == "start"
   assert (start["platform"], start["devices"]) == ("cpu", 2)   # tests/conftest.py's devices
   assert start["host_cpus"] == len(os.sched_getaffinity(0))
+  with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:   # the model the kernel reports
+    assert f"model name\t: {start['cpu_model']}\n" in cpuinfo.read()
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")

@@ -127,7 +127,8 @@ def test_run_writes_results_json_md_and_curves(demo):
     assert "best_valid_perplexity" not in row and "(so far)" not in line
   assert "still training" not in "\n".join(markdown)
   host_cpus = len(os.sched_getaffinity(0))   # tests/conftest.py: 2 devices on the host's CPUs
-  place = f"cpu, 2 devices, {host_cpus} host CPU{'' if host_cpus == 1 else 's'}"
+  place = (f"cpu ({logging_utils.cpu_model()}), 2 devices, "
+           f"{host_cpus} host CPU{'' if host_cpus == 1 else 's'}")
   assert [row["ran_on"] for row in table["rows"]] == [[place], [place]]
   assert f"- Trained on {place}: `none`, `single`." in markdown
   assert (workdir / reproduce.CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -58,10 +58,15 @@ def test_ran_on_lists_each_place_a_run_trained_once(tmp_path):
   records = [start(0),                                              # a log from before
              start(3, platform="cpu", host_cpus=1),
              start(6, platform="gpu", host_cpus=16, device_kind="NVIDIA H100 80GB HBM3"),
-             start(9, platform="cpu", host_cpus=1, device_kind="cpu")]
+             start(9, platform="cpu", host_cpus=1, device_kind="cpu"),
+             start(12, platform="cpu", host_cpus=1, device_kind="cpu",
+                   cpu_model="Intel(R) Xeon(R) Processor"),
+             start(15, platform="gpu", host_cpus=16, device_kind="NVIDIA H100 80GB HBM3",
+                   cpu_model="AMD EPYC")]
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
   assert results.read_run(tmp_path)["ran_on"] == [
-      "cpu, 1 device, 1 host CPU", "gpu (NVIDIA H100 80GB HBM3), 1 device, 16 host CPUs"]
+      "cpu, 1 device, 1 host CPU", "gpu (NVIDIA H100 80GB HBM3), 1 device, 16 host CPUs",
+      "cpu (Intel(R) Xeon(R) Processor), 1 device, 1 host CPU"]
   assert results.ran_on(records[0]) is None
 
 
