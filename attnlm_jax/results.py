@@ -185,6 +185,7 @@ def read_run(workdir) -> dict:
   if not starts:
     raise ResultsError(f"{path} has no start record: pass the --workdir of a training run")
   config = starts[-1]["config"]
+  train = config.get("train", {})
   finals = [r for r in records if "final_test_perplexity" in r]
   final = finals[-1] if finals else {}
   epoch_records = {r["epoch"]: r for r in records if "valid_perplexity" in r}
@@ -196,8 +197,8 @@ def read_run(workdir) -> dict:
           "num_layers": config["model"]["num_layers"], "params": starts[-1]["num_params"],
           "finished": bool(final), "best_epoch": final.get("best_epoch") if final else best[0],
           **{key: final.get(f"final_{key}") for key in RUN_KEYS},
-          "num_epochs": config.get("train", {}).get("num_epochs"),
-          "patience": config.get("train", {}).get("patience"), "valid_curve": curve,
+          "num_epochs": train.get("num_epochs"), "patience": train.get("patience"),
+          "valid_curve": curve,
           "epochs_run": len(curve), "best_valid_perplexity": best[1],
           "last_epoch_seconds": _last_epoch_seconds([epoch_records[e] for e, _ in curve]),
           "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts))))}
