@@ -202,7 +202,8 @@ def _training_state(row_dir: epath.Path) -> dict:
   run = results.read_run(row_dir)
   state = {"status": FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
            "epochs_run": run["epochs_run"], "valid_curve": run["valid_curve"],
-           "ran_on": run["ran_on"], **{key: run[key] for key in results.RUN_KEYS}}
+           "ran_on": run["ran_on"], "epoch_seconds": run["epoch_seconds"],
+           **{key: run[key] for key in results.RUN_KEYS}}
   if not run["finished"]:
     state.update(status=f"{RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
                  best_valid_perplexity=run["best_valid_perplexity"],
@@ -258,7 +259,7 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "command": row_command(row, workdir), "status": NOT_STARTED, "params": None,
             "num_epochs": config.train.num_epochs if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
-            "ran_on": [], "paper": None, "differences": None}
+            "ran_on": [], "epoch_seconds": {}, "paper": None, "differences": None}
   record.update(row_state(row, workdir))
   if row.paper:
     paper = results.paper_result(*row.paper)
@@ -327,12 +328,15 @@ def _running_note(record: dict) -> str:
 
 
 def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
-  """results.md's notes on where the rows trained: one line per place, naming its rows (the
-  rows whose logs do not say are left out)."""
+  """results.md's notes on where the rows trained: one line per place, naming its rows, each
+  with its median seconds of an epoch there when known (the rows whose logs do not say
+  where are left out)."""
   places = {}
   for record in rows:
     for place in record["ran_on"]:
-      places.setdefault(place, []).append(f"`{record['name']}`")
+      seconds = record["epoch_seconds"].get(place)
+      places.setdefault(place, []).append(
+          f"`{record['name']}`" + ("" if seconds is None else f" ({seconds:,.1f} s an epoch)"))
   return [f"- Trained on {place}: {', '.join(names)}." for place, names in places.items()]
 
 

@@ -14,6 +14,7 @@ printed one.
 import dataclasses
 import json
 import math
+import statistics
 from typing import Any, Mapping, Optional, Sequence
 
 from etils import epath
@@ -141,6 +142,26 @@ def _last_epoch_seconds(epoch_records: Sequence[dict]) -> Optional[float]:
   return seconds[1] - seconds[0]
 
 
+def _epoch_seconds(records: Sequence[dict]) -> dict[str, float]:
+  """The median training seconds of an epoch in each place a run trained, {`ran_on`:
+  seconds} in the order first met. An epoch's seconds are the difference of its cumulative
+  `train_seconds` and the epoch before's (the last line of each epoch, as in the curve), and
+  count for the place of the start record before that line; the epochs of a log that does
+  not record them, or the place, are left out."""
+  place, ends = None, {}
+  for record in records:
+    if record.get("event") == "start":
+      place = ran_on(record)
+    elif "valid_perplexity" in record:
+      ends[record["epoch"]] = (place, record.get("train_seconds"))
+  seconds = {}
+  for epoch, (where, total) in sorted(ends.items()):
+    before = 0.0 if epoch == 1 else ends.get(epoch - 1, (None, None))[1]
+    if where is not None and None not in (total, before):
+      seconds.setdefault(where, []).append(total - before)
+  return {where: statistics.median(values) for where, values in seconds.items()}
+
+
 def ran_on(start: Mapping[str, Any]) -> Optional[str]:
   """Where a training session ran, from its start record: "cpu (Intel(R) Xeon(R) Processor),
   1 device, 2 host CPUs" with the CPU's model (without it for a log from before `cpu_model`
@@ -174,7 +195,8 @@ def read_run(workdir) -> dict:
      difference of its cumulative `train_seconds` and the epoch before's; None before the
      first epoch or when the log does not record them), "ran_on" (where its sessions
      trained, `ran_on` of each start record that says, without repeats: [] for logs from
-     before 2026-11-25)}.
+     before 2026-11-25) and "epoch_seconds" (the median training seconds of an epoch in
+     each of those places, `_epoch_seconds`)}.
   """
   workdir = epath.Path(str(workdir))
   path = workdir / logging_utils.METRICS_FILE
@@ -201,7 +223,8 @@ def read_run(workdir) -> dict:
           "valid_curve": curve,
           "epochs_run": len(curve), "best_valid_perplexity": best[1],
           "last_epoch_seconds": _last_epoch_seconds([epoch_records[e] for e, _ in curve]),
-          "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts))))}
+          "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts)))),
+          "epoch_seconds": _epoch_seconds(records)}
 
 
 def find_runs(root) -> list[epath.Path]:

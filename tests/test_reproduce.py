@@ -130,7 +130,15 @@ def test_run_writes_results_json_md_and_curves(demo):
   place = (f"cpu ({logging_utils.cpu_model()}), 2 devices, "
            f"{host_cpus} host CPU{'' if host_cpus == 1 else 's'}")
   assert [row["ran_on"] for row in table["rows"]] == [[place], [place]]
-  assert f"- Trained on {place}: `none`, `single`." in markdown
+  seconds = {}
+  for row in table["rows"]:   # Two epochs, one session: the median of the two epochs' times.
+    epochs = [r for r in _records(workdir / row["name"] / logging_utils.METRICS_FILE)
+              if "valid_perplexity" in r]
+    assert [r["epoch"] for r in epochs] == [1, 2]
+    seconds[row["name"]] = epochs[1]["train_seconds"] / 2
+    assert row["epoch_seconds"] == {place: pytest.approx(seconds[row["name"]])}
+  assert (f"- Trained on {place}: `none` ({seconds['none']:,.1f} s an epoch), "
+          f"`single` ({seconds['single']:,.1f} s an epoch).") in markdown
   assert (workdir / reproduce.CURVES_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

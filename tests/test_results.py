@@ -70,6 +70,24 @@ def test_ran_on_lists_each_place_a_run_trained_once(tmp_path):
   assert results.ran_on(records[0]) is None
 
 
+def test_epoch_seconds_are_each_place_s_median_epoch(tmp_path):
+  config = {"data": {"corpus": "ptb"}, "train": {"num_epochs": 9},
+            "model": {"score": "none", "hidden_size": 8, "num_layers": 1}}
+  start = lambda step, **where: {"event": "start", "step": step, "num_params": 10,
+                                 "devices": 1, **where, "config": config}
+  epoch = lambda n, seconds: {"step": 10 * n, "epoch": n, "valid_perplexity": 50.0 - n,
+                              "train_seconds": seconds}
+  cpu, gpu = {"platform": "cpu", "host_cpus": 2}, {"platform": "gpu", "host_cpus": 16}
+  records = [start(0, **cpu), epoch(1, 10.0), epoch(2, 22.0),
+             start(15, **gpu), epoch(2, 21.0),    # epoch 2 again after a resume: it counts
+             epoch(3, 25.0), epoch(4, 29.0), epoch(5, 32.0),
+             start(50, **cpu), epoch(7, 50.0)]    # no epoch 6 in the log: 7 is not timed
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  assert results.read_run(tmp_path)["epoch_seconds"] == {
+      "gpu, 1 device, 16 host CPUs": 4.0,          # epochs 2 to 5: 11, 4, 4, 3
+      "cpu, 1 device, 2 host CPUs": 10.0}          # epoch 1 only
+
+
 @pytest.mark.parametrize("low, high, expected", [
     (89.3, 172.0, [80, 90, 100, 120, 140, 160, 180]),
     (58.0, 1000.0, [50, 100, 200, 300, 500, 1000]),
