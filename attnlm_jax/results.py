@@ -342,12 +342,14 @@ def plot_valid_curves(curves: dict, path, title: str) -> None:
   ax = fig.subplots()
   ax.set_yscale("log")
   ax.set(xlabel="epoch", ylabel="validation perplexity (log scale)", title=title)
-  ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, min_n_ticks=1))
   values = [value for curve in curves.values() for _, value in curve]
   for name, curve in curves.items():
     if curve:
       ax.plot(*zip(*curve), marker="o", markersize=3, label=name)
   if values:
+    last_epoch = max(epoch for curve in curves.values() for epoch, _ in curve)
+    ax.set_xlim(0.5, last_epoch + 0.5)   # Whole epochs on the axis, even for one epoch.
     ticks = log_ticks(min(values), max(values))
     ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
     ax.set_ylim(ticks[0], ticks[-1])

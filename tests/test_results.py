@@ -103,3 +103,15 @@ def test_plot_valid_curves_draws_runs_with_epochs(tmp_path):
   results.plot_valid_curves({"b": []}, tmp_path / "empty.png", "t")
   for name in ("c.png", "empty.png"):
     assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("epochs", [1, 2, 28])
+def test_the_curves_epoch_axis_shows_whole_epochs(tmp_path, monkeypatch, epochs):
+  drawn = []
+  monkeypatch.setattr(results.analysis, "save_figure", lambda fig, path: drawn.append(fig))
+  curve = [[epoch, 100.0 + 300.0 / epoch] for epoch in range(1, epochs + 1)]
+  results.plot_valid_curves({"a": curve}, tmp_path / "c.png", "t")
+  axis = drawn[0].axes[0]
+  low, high = axis.get_xlim()
+  shown = [tick for tick in axis.get_xticks() if low <= tick <= high]
+  assert shown and all(tick == int(tick) and 1 <= tick <= epochs for tick in shown), shown
