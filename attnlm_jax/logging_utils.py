@@ -120,8 +120,8 @@ def host_cpus() -> int:
 def cpu_model() -> str:
   """The CPU's model name (/proc/cpuinfo), else the platform's processor string: a CPU
   run's speed, and the last bits of its float32 sums, depend on it."""
-  with contextlib.suppress(OSError):
-    for line in open("/proc/cpuinfo", encoding="utf-8"):
+  with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+    for line in cpuinfo:
       if line.startswith("model name"):
         return line.split(":", 1)[1].strip()
   return platform.processor()
