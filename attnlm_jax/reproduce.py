@@ -260,6 +260,8 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "num_epochs": config.train.num_epochs if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
             "ran_on": [], "epoch_seconds": {}, "paper": None, "differences": None}
+  if row.note:
+    record["note"] = row.note
   record.update(row_state(row, workdir))
   if row.paper:
     paper = results.paper_result(*row.paper)
@@ -379,6 +381,7 @@ def format_markdown(summary: dict) -> str:
       headers, [_markdown_cells(record) for record in summary["rows"]])
   notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
            "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
+  notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
   notes += _ran_on_notes(summary["rows"])
   return "\n".join([

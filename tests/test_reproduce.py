@@ -23,6 +23,7 @@ from attnlm_jax import train
 import tiny_config
 
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1")
+STOPPING_RULE_ROWS = ("proj", "combined", "average", "conv1x1")
 
 
 def _records(path) -> list[dict]:
@@ -190,11 +191,28 @@ def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp
   single = plan[SALTON_ROWS.index("single")]
   assert 14.4e6 < single["params"] < 14.6e6       # the paper prints 14.5M
   for row in plan:
-    assert row["epochs"] == 40 and row["status"] == "not started"
-    assert row["total_tokens"] == 40 * row["tokens_per_epoch"] > 800_000 * 40
+    epochs = 22 if row["name"] in STOPPING_RULE_ROWS else 40
+    assert row["epochs"] == epochs and row["status"] == "not started"
+    assert row["total_tokens"] == epochs * row["tokens_per_epoch"] > 800_000 * epochs
     assert f"{row['params']:,}" in printed and row["command"] in printed
     assert f"--config=configs/ptb.py:score={row['name']}" in row["command"]
   assert not (tmp_path / "table").exists()
+
+
+def test_the_stopping_rule_ends_its_rows_after_epoch_22_and_their_page_says_so(tmp_path):
+  for row in tables.TABLES["salton_ptb"].rows:
+    config = reproduce.row_config(row, tmp_path)
+    ruled = row.name in STOPPING_RULE_ROWS
+    assert config.train.num_epochs == (22 if ruled else 40), row.name
+    assert config.train.patience == 10 and bool(row.note) == ruled
+  reproduce.run("salton_ptb", tmp_path, pages_only=True)
+  table = json.loads((tmp_path / reproduce.RESULTS_JSON).read_text())
+  assert {r["name"]: r["num_epochs"] for r in table["rows"]} == {
+      name: 22 if name in STOPPING_RULE_ROWS else 40 for name in SALTON_ROWS}
+  assert [r["name"] for r in table["rows"] if "note" in r] == list(STOPPING_RULE_ROWS)
+  markdown = (tmp_path / reproduce.RESULTS_MD).read_text().splitlines()
+  noted = [line for line in markdown if line.endswith(f" {tables.STOPPING_RULE_NOTE}.")]
+  assert noted == [f"- `{name}` {tables.STOPPING_RULE_NOTE}." for name in STOPPING_RULE_ROWS]
 
 
 def test_dry_run_without_the_corpora_says_so_for_each_row(tmp_path, capsys, monkeypatch):
