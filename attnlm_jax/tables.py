@@ -110,7 +110,7 @@ TABLES = {
     )),
     "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",
                                 "ptb.py", "ptb",
-                                stopping_rule=("proj", "combined", "average", "conv1x1")),
+                                stopping_rule=("none", "proj", "combined", "average", "conv1x1")),
     "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",
                                 "wikitext2.py", "wikitext2"),
     "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (

@@ -23,7 +23,7 @@ from attnlm_jax import train
 import tiny_config
 
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1")
-STOPPING_RULE_ROWS = ("proj", "combined", "average", "conv1x1")
+STOPPING_RULE_ROWS = ("none", "proj", "combined", "average", "conv1x1")
 
 
 def _records(path) -> list[dict]:
@@ -213,6 +213,25 @@ def test_the_stopping_rule_ends_its_rows_after_epoch_22_and_their_page_says_so(t
   markdown = (tmp_path / reproduce.RESULTS_MD).read_text().splitlines()
   noted = [line for line in markdown if line.endswith(f" {tables.STOPPING_RULE_NOTE}.")]
   assert noted == [f"- `{name}` {tables.STOPPING_RULE_NOTE}." for name in STOPPING_RULE_ROWS]
+
+
+def test_the_stopping_rules_evidence_is_the_finished_single_rows_own_result():
+  """docs/reproduce.md, "The stopping rule": `single`, trained to the recipe's end, had its best
+  epoch by epoch 22, and its directory as it stood then evaluates to the finished row's test
+  perplexity (`probes/single_epoch22_test.json`, the output of the command quoted there)."""
+  committed = tiny_config.COMMITTED_RESULTS / "salton_ptb"
+  row = {r["name"]: r for r in
+         json.loads((committed / reproduce.RESULTS_JSON).read_text())["rows"]}["single"]
+  assert row["status"] == "finished" and "note" not in row
+  assert row["best_epoch"] <= 22 < row["epochs_run"]
+  epochs = [r for r in _records(committed / "single" / logging_utils.METRICS_FILE)
+            if "valid_perplexity" in r]
+  best = min(epochs, key=lambda r: r["valid_perplexity"])
+  at_epoch_22 = json.loads((committed / "probes" / "single_epoch22_test.json").read_text())
+  assert at_epoch_22["split"] == "test" and at_epoch_22["step"] == best["step"]
+  assert at_epoch_22["perplexity"] == row["test_perplexity"]
+  assert (at_epoch_22["perplexity_paper_convention"]
+          == row["test_perplexity_paper_convention"])
 
 
 def test_dry_run_without_the_corpora_says_so_for_each_row(tmp_path, capsys, monkeypatch):
