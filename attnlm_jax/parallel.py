@@ -25,9 +25,11 @@ PREFETCH = 2
 
 
 def stacked_sharding(devices) -> jax.sharding.NamedSharding:
-  """Arrays [len(devices), ...] with entry i on devices[i]: the layout pmap takes."""
-  mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
+  """Arrays [len(devices), ...] with entry i on devices[i]: the layout pmap takes, and the
+  very sharding its outputs have (the mesh axis named as pmap's `AXIS`), so a program
+  compiled for arrays laid out here serves the pmapped steps' outputs too."""
+  mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
 
 
 def replicate(tree, devices=None):

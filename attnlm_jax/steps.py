@@ -21,10 +21,20 @@ devices and are checkpointed as host arrays in global row order (`carries_to_hos
 
 Evaluation (`Evaluator`): `eval_step` pmapped over the devices sums `losses.nll_sums` of
 each batch, carrying the window state under the stream protocol.
+
+Each batch width is its own program. With bucketing an epoch has many widths, and compiling
+them one by one as the first batches meet them costs minutes on an accelerator before
+training runs at speed (about 5 minutes of a 2 x 650 attentive model's first epoch on an
+NVIDIA H200, whose later epochs take 7 seconds). `TrainStep.compilations` and
+`Evaluator.compilations` name every program a run will need, and `compile_side_by_side`
+compiles them before the first step on a pool of threads (XLA compiles without holding
+Python's lock), as many at once as the host has CPUs; the steps then find them compiled
+(benchmarks/README.md, "Compiling the steps", measures it).
 """
 
+import concurrent.futures
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 from jax.experimental import multihost_utils
@@ -33,6 +43,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from attnlm_jax import logging_utils
 from attnlm_jax import losses
 from attnlm_jax import models
 from attnlm_jax import parallel
@@ -146,6 +157,36 @@ def apply_gradients(state: TrainState, learning_rate: jax.Array, shard_results: 
   return TrainState(params, opt_state, totals, state.step + 1)
 
 
+def compile_side_by_side(compilations: Sequence[Callable[[], Any]]) -> None:
+  """Runs `compilations` (each lowers and compiles one program) on a pool of threads, one per
+  host CPU the process may use."""
+  workers = max(1, min(len(compilations), logging_utils.host_cpus()))
+  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    for future in [pool.submit(compile_one) for compile_one in compilations]:
+      future.result()
+
+
+def _compile(program, *args) -> None:
+  """Compiles jitted `program` for `args` (arrays, or their shapes and shardings); the
+  compiled program is kept where a call with arrays like `args`, laid out alike, finds it."""
+  program.lower(*args).compile()
+
+
+def _run(program, params: dict, batch: dict) -> None:
+  """Runs pmapped `program` once on stacked `params` and this process's `shard_batch`ed
+  `batch`, which compiles it for the batch's shapes."""
+  jax.block_until_ready(program(params, parallel.put_sharded(batch)))
+
+
+def _batch_spec(batch: dict, rows: int, width: int, sharding) -> dict:
+  """Shapes of `batch`'s arrays with `rows` rows and `width` positions ([rows, width, ...]
+  arrays; [rows, ...] for the others), laid out by `sharding`."""
+  return {key: jax.ShapeDtypeStruct((rows, width, *value.shape[2:]) if value.ndim >= 2
+                                    else (rows, *value.shape[1:]), value.dtype,
+                                    sharding=sharding)
+          for key, value in batch.items()}
+
+
 @functools.lru_cache(maxsize=None)
 def _jitted_gradients(model_config: ml_collections.FrozenConfigDict):
   """`shard_gradients` jitted for a model config, one per config in a process: a new
@@ -185,6 +226,22 @@ class TrainStep:
     return [[jax.device_put({key: value[rows] for key, value in batch.items()}, device)
              for rows in self._shard_rows(index)]
             for index, device in enumerate(self.devices)]
+
+  def compilations(self, state: TrainState, rng: jax.Array, batch: dict,
+                   widths: Sequence[int]) -> list[Callable[[], Any]]:
+    """One compilation (for `compile_side_by_side`) of each shard's program on each device
+    for each batch width in `widths`, for batches like `batch` (this process's rows of a
+    global batch) and a stacked `state` and `rng`. Not for the stream protocol, whose one
+    width compiles at the first step."""
+    jobs = []
+    for index, device in enumerate(self.devices):
+      params, step_rng, step = parallel.device_views((state.params, rng, state.step), index)
+      sharding = jax.sharding.SingleDeviceSharding(device)
+      for width in widths:
+        spec = _batch_spec(batch, self.shard_rows, width, sharding)
+        jobs.append(functools.partial(_compile, self._gradients, params, spec, step_rng, step,
+                                      np.int32(0), None))
+    return jobs
 
   def _shard_rows(self, device_index: int) -> list[slice]:
     """The rows of each shard of local device `device_index` within this process's rows."""
@@ -273,6 +330,22 @@ class Evaluator:
     self._window_step = jax.pmap(functools.partial(eval_window_step,
                                                    model_config=model_config),
                                  axis_name=AXIS)
+
+  def compilations(self, params: dict, data, splits: Sequence[str],
+                   batch_size: int) -> list[Callable[[], Any]]:
+    """One compilation (for `compile_side_by_side`) of the evaluation step for each batch
+    shape of `splits` of `data` in batches of `batch_size`, with stacked `params`: a run of
+    the step on the first batch of that shape (run, not lowered ahead of time, because a
+    pmapped function lowers for the global batch of all processes' devices, which one
+    process does not hold). Not for the stream protocol, whose windows have one shape."""
+    shard = (jax.process_index(), jax.process_count())
+    batches = {}
+    for split in splits:
+      for batch in data.eval_batches(split, batch_size, *shard):
+        batch = parallel.shard_batch(batch, EVAL_TIME_MULTIPLE)
+        batches.setdefault(tuple(sorted((key, value.shape) for key, value in batch.items())),
+                           batch)
+    return [functools.partial(_run, self._step, params, batch) for batch in batches.values()]
 
   def __call__(self, params: dict, data, split: str, batch_size: int) -> dict:
     """Evaluates stacked `params` on `split` of `data` (an `LMData`) in batches of

@@ -155,6 +155,31 @@ def _lock_workdir(workdir: epath.Path) -> workdir_lock.WorkdirLock:
   return lock
 
 
+def step_compilations(train_step: steps.TrainStep, evaluator: steps.Evaluator,
+                      p_state: steps.TrainState, p_rng: jax.Array, data: data_lib.LMData,
+                      epoch: int, config: ml_collections.ConfigDict) -> tuple[list, list[int]]:
+  """The compilations (for `steps.compile_side_by_side`) of the training step for every batch
+  width of `epoch` and of the evaluation step for every batch shape of valid and test; and
+  the widths."""
+  widths = data.train_widths(epoch)
+  sample = next(iter(data.train_iterator(epoch, jax.process_index(), jax.process_count())))
+  return (train_step.compilations(p_state, p_rng, sample, widths)
+          + evaluator.compilations(p_state.params, data, ("valid", "test"),
+                                   config.data.eval_batch_size)), widths
+
+
+def compile_steps(train_step: steps.TrainStep, evaluator: steps.Evaluator,
+                  p_state: steps.TrainState, p_rng: jax.Array, data: data_lib.LMData,
+                  epoch: int, config: ml_collections.ConfigDict) -> None:
+  """Compiles `step_compilations` side by side (`steps.compile_side_by_side`)."""
+  started = time.monotonic()
+  compilations, widths = step_compilations(train_step, evaluator, p_state, p_rng, data, epoch,
+                                           config)
+  steps.compile_side_by_side(compilations)
+  logging.info("compiled the steps for %d training batch widths (%s) and the evaluation in "
+               "%.1f s", len(widths), ", ".join(map(str, widths)), time.monotonic() - started)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir, data=None) -> dict:
   """Trains (or resumes) a model in `workdir` and evaluates its best parameters.
 
@@ -260,6 +285,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, data: data_lib.LMData
 
   first_epoch = meta["epoch"] + 1 if meta["epoch_done"] else meta["epoch"]
   epochs = meta["epoch"] if meta["epoch_done"] else meta["epoch"] - 1
+  if not data.is_stream and first_epoch <= tc.num_epochs and not stopping.should_stop:
+    compile_steps(train_step, evaluator, p_state, p_rng, data, first_epoch, config)
   try:
     for epoch in range(first_epoch, tc.num_epochs + 1):
       if stopping.should_stop:

@@ -96,7 +96,7 @@ EXAMPLE_RECIPE = {"model.hidden_size": 200, "model.num_layers": 2, "model.dropou
                   "data.batch_size": 20, "train.learning_rate": 20.0, "train.grad_clip": 0.25}
 
 
-def _bench_config(config, steps: int):
+def bench_config(config, steps: int):
   """The config the timed loop runs: one epoch, one log line at the last timed step, the
   corpus from shared/data when the configured directory does not hold it."""
   config = config.copy_and_resolve_references()
@@ -220,7 +220,7 @@ def benchmark(config, num_steps: int, rounds: int, with_peer: bool,
   """Runs the measurements and returns the JSON record (`config_name`: what it shows as the
   config)."""
   with tempfile.TemporaryDirectory() as tmp:
-    return _measure(_bench_config(config, num_steps), num_steps, rounds, with_peer,
+    return _measure(bench_config(config, num_steps), num_steps, rounds, with_peer,
                     epath.Path(tmp), config_name)
 
 

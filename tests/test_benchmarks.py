@@ -62,7 +62,7 @@ def test_epoch_benchmark_peer_trains_what_the_loop_trains(tmp_path, span):
                               model__score="none" if span == "stream" else "single")
   if span == "stream":
     config.data.update(bucket=False, batch_size=20, eval_batch_size=20)
-  config = epoch._bench_config(config, 4)  # pylint: disable=protected-access
+  config = epoch.bench_config(config, 4)
   data = data_lib.load(config.data).first_batches(4)
   config, _, params = train.prepare(config, tmp_path, data=data)
   result = train.train_and_evaluate(config, tmp_path, data=data)
@@ -119,3 +119,4 @@ def test_step_parts_unknown_score_is_a_one_line_error():
                        cwd=tiny_config.REPO, capture_output=True, text=True)
   assert run.returncode != 0
   assert run.stderr.strip().splitlines()[-1].startswith("error: unknown score 'nope'")
+

@@ -56,3 +56,12 @@ def test_bucketed_widths_are_multiples_and_the_rows_unchanged(ptb_dir):
 def test_width_multiple_must_be_positive(ptb_dir):
   with pytest.raises(CorpusError, match="config.data.width_multiple=0 must be a positive"):
     data_lib.load(_config(ptb_dir, width_multiple=0))
+
+
+@pytest.mark.parametrize("overrides", [{}, {"width_multiple": 4}, {"bucket": False}])
+def test_train_widths_are_those_of_the_epochs_batches(ptb_dir, overrides):
+  data = data_lib.load(_config(ptb_dir, **overrides))
+  for epoch in (1, 2):
+    widths = sorted({batch["inputs"].shape[1] for batch in data.train_iterator(epoch)})
+    assert data.train_widths(epoch) == widths
+  assert len(widths) == 1 if overrides.get("bucket") is False else len(widths) > 2

@@ -1,5 +1,6 @@
 """The training loop: data-parallel step, determinism, early stopping, the configs."""
 
+import contextlib
 import functools
 import itertools
 import json
@@ -10,6 +11,7 @@ import subprocess
 import sys
 
 import jax
+from jax._src import dispatch as jax_dispatch
 import numpy as np
 import pytest
 
@@ -181,3 +183,63 @@ def test_a_new_train_step_of_the_same_model_reuses_the_compiled_step():
   first, second = steps.TrainStep(config), steps.TrainStep(config.copy_and_resolve_references())
   assert first._gradients is second._gradients
   assert steps.TrainStep(other)._gradients is not first._gradients
+
+
+@contextlib.contextmanager
+def _compiled_programs():
+  """The names of the programs XLA compiles (or reads from the persistent cache) inside the
+  block: every program a call did not find already compiled in this process."""
+  names = []
+
+  def listen(event, duration, fun_name="", **unused):
+    del duration, unused
+    if event == jax_dispatch.BACKEND_COMPILE_EVENT:
+      names.append(fun_name)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    yield names
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def _an_epoch_and_its_evaluation(config, compile_first: bool) -> tuple[list, list]:
+  """The programs compiled while training one epoch of `config`, and those compiled while
+  evaluating valid and test after it; after `train.compile_steps` when `compile_first`."""
+  config, data, params = train.prepare(config, "/nonexistent-workdir")
+  state = train.initial_state(config, params)
+  train_step, evaluator = steps.TrainStep(config), steps.Evaluator(config.model)
+  p_state = train_step.initial_state(state["params"], state["opt_state"], 0)
+  p_rng, p_lr = parallel.replicate(state["rng"]), parallel.replicate(np.float32(1.0))
+  if compile_first:
+    train.compile_steps(train_step, evaluator, p_state, p_rng, data, 1, config)
+  with _compiled_programs() as in_training:
+    for batch in data.train_iterator(1):
+      p_state, _ = train_step(p_state, train_step.place(batch), p_rng, p_lr)
+  with _compiled_programs() as in_evaluation:
+    for split in ("valid", "test"):
+      evaluator(p_state.params, data, split, config.data.eval_batch_size)
+  return in_training, in_evaluation
+
+
+def test_the_steps_compiled_before_training_serve_every_batch_width_of_the_epoch():
+  """`train.compile_steps` compiles, before the first step, the training step of each
+  batch width (on each device) and the evaluation step of each batch shape: an epoch then
+  compiles only the update (the pmapped `apply_gradients`, the same for every width, once:
+  the initial state is laid out as the update's outputs are), and its evaluation nothing.
+  Without it, each width compiles when its first batch comes (a new hidden size keeps these
+  programs out of every other test's)."""
+  widths = dict(data__bucket=True, data__width_multiple=2, data__max_len=12,
+                data__batch_size=40, data__eval_batch_size=40)
+  training, evaluation = _an_epoch_and_its_evaluation(
+      tiny_config.config(model__hidden_size=14, **widths), compile_first=False)
+  config = tiny_config.config(model__hidden_size=18, **widths)
+  widths_of_epoch = train.prepare(config, "/nonexistent-workdir")[1].train_widths(1)
+  assert len(widths_of_epoch) >= 4
+  gradients = "jit(shard_gradients)"
+  assert training.count(gradients) == len(widths_of_epoch) * jax.local_device_count()
+  assert len(training) == training.count(gradients) + 1
+  assert len(evaluation) >= 3
+  training, evaluation = _an_epoch_and_its_evaluation(config, compile_first=True)
+  assert len(training) == 1 and gradients not in training
+  assert evaluation == []

@@ -289,18 +289,32 @@ class LMData:
       return iter(windows.to_iter_dataset(options))
     data = self.split("train")
     starts, lengths = self.units("train")
-    max_len, fixed = self.config.max_len, not self.config.bucket
-    multiple = self.config.get("width_multiple", 1)
 
     def collate(rows: np.ndarray) -> dict[str, np.ndarray]:
-      row_lengths = batching.row_lengths(rows, lengths, max_len)
-      width = max_len if fixed else int(batching.bucket_width(row_lengths.max(), multiple,
-                                                               max_len))
+      row_lengths = batching.row_lengths(rows, lengths, self.config.max_len)
+      width = int(self._train_width(row_lengths.max()))
       mine = process_rows(len(rows), process_index, process_count)
       return make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine], width)
 
     dataset = grain.MapDataset.source(list(self.train_plan(epoch))).map(collate)
     return iter(dataset.to_iter_dataset(options))
+
+  def _train_width(self, longest):
+    """Positions of a training batch whose longest row has `longest` tokens (elementwise on
+    an array): max_len, or with bucketing `batching.bucket_width`."""
+    if not self.config.bucket:
+      return np.full_like(longest, self.config.max_len)
+    return batching.bucket_width(longest, self.config.get("width_multiple", 1),
+                                 self.config.max_len)
+
+  def train_widths(self, epoch: int) -> list[int]:
+    """The distinct widths (positions) of the training batches of `epoch`, the same in every
+    process; under the stream protocol the one window width."""
+    if self.is_stream:
+      return [self.config.max_len]
+    longest = batching.row_lengths(self.train_plan(epoch), self.units("train")[1],
+                                   self.config.max_len).max(axis=1)
+    return sorted(set(self._train_width(longest).tolist()))
 
   def eval_batches(self, split: str, batch_size: int, process_index: int = 0,
                    process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
