@@ -133,21 +133,10 @@ def model_key(model_config) -> str:
   return model_config["score"] + tags
 
 
-def _last_epoch_seconds(epoch_records: Sequence[dict]) -> Optional[float]:
-  """The training seconds of the last of these epoch records (one per epoch, in order) from
-  their cumulative `train_seconds`, or None (no epoch, or a log that does not record them)."""
-  seconds = [0.0, *(r.get("train_seconds") for r in epoch_records)][-2:]
-  if len(seconds) < 2 or None in seconds:
-    return None
-  return seconds[1] - seconds[0]
-
-
-def _epoch_seconds(records: Sequence[dict]) -> dict[str, float]:
-  """The median training seconds of an epoch in each place a run trained, {`ran_on`:
-  seconds} in the order first met. An epoch's seconds are the difference of its cumulative
-  `train_seconds` and the epoch before's (the last line of each epoch, as in the curve), and
-  count for the place of the start record before that line; the epochs of a log that does
-  not record them, or the place, are left out."""
+def _seconds_by_epoch(records: Sequence[dict]) -> dict[int, tuple[Optional[str], float]]:
+  """{epoch: (place, training seconds)} of each validated epoch whose seconds the log gives:
+  the difference of its cumulative `train_seconds` and the epoch before's (the last record of
+  each epoch, as in the curve), with the place (`ran_on`) of the start record before it."""
   place, ends = None, {}
   for record in records:
     if record.get("event") == "start":
@@ -157,8 +146,20 @@ def _epoch_seconds(records: Sequence[dict]) -> dict[str, float]:
   seconds = {}
   for epoch, (where, total) in sorted(ends.items()):
     before = 0.0 if epoch == 1 else ends.get(epoch - 1, (None, None))[1]
-    if where is not None and None not in (total, before):
-      seconds.setdefault(where, []).append(total - before)
+    if None not in (total, before):
+      seconds[epoch] = (where, total - before)
+  return seconds
+
+
+def _epoch_seconds(seconds_by_epoch: Mapping[int, tuple[Optional[str], float]]
+                   ) -> dict[str, float]:
+  """The median training seconds of an epoch in each place a run trained, {`ran_on`:
+  seconds} in the order first met (`_seconds_by_epoch`; epochs of an unknown place left
+  out)."""
+  seconds = {}
+  for where, value in seconds_by_epoch.values():
+    if where is not None:
+      seconds.setdefault(where, []).append(value)
   return {where: statistics.median(values) for where, values in seconds.items()}
 
 
@@ -212,6 +213,8 @@ def read_run(workdir) -> dict:
   final = finals[-1] if finals else {}
   epoch_records = {r["epoch"]: r for r in records if "valid_perplexity" in r}
   curve = sorted([epoch, r["valid_perplexity"]] for epoch, r in epoch_records.items())
+  seconds_by_epoch = _seconds_by_epoch(records)
+  last_epoch = seconds_by_epoch.get(curve[-1][0]) if curve else None
   # The first epoch of the lowest perplexity, as early stopping picks it (strictly lower).
   best = min(curve, key=lambda point: point[1], default=[None, None])
   return {"name": workdir.name, "workdir": str(workdir), "corpus": config["data"]["corpus"],
@@ -222,9 +225,9 @@ def read_run(workdir) -> dict:
           "num_epochs": train.get("num_epochs"), "patience": train.get("patience"),
           "valid_curve": curve,
           "epochs_run": len(curve), "best_valid_perplexity": best[1],
-          "last_epoch_seconds": _last_epoch_seconds([epoch_records[e] for e, _ in curve]),
+          "last_epoch_seconds": last_epoch[1] if last_epoch else None,
           "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts)))),
-          "epoch_seconds": _epoch_seconds(records)}
+          "epoch_seconds": _epoch_seconds(seconds_by_epoch)}
 
 
 def find_runs(root) -> list[epath.Path]:
