@@ -27,7 +27,6 @@ during training (a preemption, Ctrl-C) saves the run and ends it with one `stopp
 line and status 143 or 130 (`preemption.py`); rerunning the same command resumes.
 """
 
-import json
 import os
 import sys
 
@@ -45,6 +44,7 @@ from attnlm_jax import ensemble
 from attnlm_jax import errors
 from attnlm_jax import evaluate
 from attnlm_jax import grid_search
+from attnlm_jax import json_io
 from attnlm_jax import logging_utils
 from attnlm_jax import preemption
 from attnlm_jax import reproduce
@@ -204,7 +204,7 @@ def _score(model) -> None:
   if not any(line.strip() for line in lines):
     raise errors.UserError(f"--input={path} has no sentence to score (every line is blank): "
                            "give one sentence per line")
-  records = (json.dumps(r) + "\n" for r in evaluate.score(model, lines))
+  records = (json_io.dumps(r) + "\n" for r in evaluate.score(model, lines))
   if FLAGS.output:
     output = epath.Path(FLAGS.output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -231,24 +231,24 @@ def run(mode: str) -> None:
     raise errors.UserError(f"--mode={mode} needs --table=NAME (docs/reproduce.md lists the "
                            "tables)")
   if mode == "testtime":
-    print(json.dumps(testtime.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
+    print(json_io.dumps(testtime.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
                                   cache_size=FLAGS.cache or testtime.CACHE_SIZE,
                                   dynamic_window=FLAGS.dynamic_window,
                                   grid_extensions=FLAGS.grid_extensions)))
     return
   if mode == "rescore":
-    print(json.dumps(rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
+    print(json_io.dumps(rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
                                    FLAGS.lm_weight, FLAGS.word_penalty, config)))
     return
   if mode == "reproduce":
-    print(json.dumps(reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
+    print(json_io.dumps(reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
                                    dry_run=FLAGS.dry_run, pages_only=FLAGS.pages_only)))
     return
   if mode in ("train", "train_tagger"):
     if config is None:
       raise errors.UserError(f"--mode={mode} needs --config=configs/NAME.py")
     if mode == "train":
-      print(json.dumps(train.summary(train.train_and_evaluate(config, FLAGS.workdir),
+      print(json_io.dumps(train.summary(train.train_and_evaluate(config, FLAGS.workdir),
                                      FLAGS.workdir)))
     else:
       tagger.train_tagger(config, FLAGS.workdir)
@@ -258,7 +258,7 @@ def run(mode: str) -> None:
                            epath.Path(FLAGS.workdir) / analysis.ANALYSIS_DIR,
                            sentences=FLAGS.sentences, split=FLAGS.split,
                            probe_files=FLAGS.probes)
-    print(json.dumps(summary))
+    print(json_io.dumps(summary))
     return
   if mode == "evaluate" and FLAGS.cache and FLAGS.dynamic:
     raise errors.UserError("--cache and --dynamic are two methods: give one of them")
@@ -268,19 +268,19 @@ def run(mode: str) -> None:
     if config is not None:
       raise errors.UserError("--config cannot be combined with --workdirs: each run is "
                              "evaluated with the config.json of its workdir")
-    print(json.dumps(ensemble.interpolate(FLAGS.workdirs, FLAGS.split, FLAGS.weights or None)))
+    print(json_io.dumps(ensemble.interpolate(FLAGS.workdirs, FLAGS.split, FLAGS.weights or None)))
     return
   model = evaluate.load(FLAGS.workdir, config)
   if mode == "evaluate" and FLAGS.cache:
-    print(json.dumps(cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
+    print(json_io.dumps(cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
                                           FLAGS.cache_lambda, FLAGS.grid_extensions)))
   elif mode == "evaluate" and FLAGS.dynamic:
-    print(json.dumps(dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic,
+    print(json_io.dumps(dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic,
                                                  FLAGS.dynamic_lr, FLAGS.dynamic_decay,
                                                  FLAGS.dynamic_window,
                                                  FLAGS.grid_extensions)))
   elif mode == "evaluate":
-    print(json.dumps(evaluate.evaluate(model, FLAGS.split)))
+    print(json_io.dumps(evaluate.evaluate(model, FLAGS.split)))
   elif mode == "score":
     _score(model)
   else:

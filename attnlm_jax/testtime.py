@@ -18,7 +18,6 @@ lies on, `grid_search.py`). It writes
 """
 
 import datetime
-import json
 import math
 from typing import Optional, Sequence
 
@@ -29,6 +28,7 @@ from attnlm_jax import cache
 from attnlm_jax import dynamic_eval
 from attnlm_jax import evaluate
 from attnlm_jax import grid_search
+from attnlm_jax import json_io
 from attnlm_jax import reproduce
 from attnlm_jax import results
 from attnlm_jax import tables
@@ -61,14 +61,14 @@ class Progress(dict):
   read: the row starts afresh."""
 
   def __init__(self, path: epath.Path, made_with: dict):
-    saved = json.loads(path.read_text()) if path.exists() else {}
+    saved = json_io.loads(path.read_text()) if path.exists() else {}
     super().__init__(saved.get("entries", {}) if saved.get("made_with") == made_with else {})
     self.path, self.made_with = path, made_with
 
   def __setitem__(self, key: str, value: dict) -> None:
     super().__setitem__(key, value)
     partial = self.path.parent / f"{self.path.name}.partial"
-    partial.write_text(json.dumps({"made_with": self.made_with, "entries": dict(self)},
+    partial.write_text(json_io.dumps({"made_with": self.made_with, "entries": dict(self)},
                                   indent=1) + "\n")
     partial.replace(self.path)  # Whole or not at all, even if stopped while writing.
 
@@ -102,7 +102,7 @@ def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   path = row_dir / ROW_FILE
   if not path.exists():
     return None
-  saved = json.loads(path.read_text())
+  saved = json_io.loads(path.read_text())
   wanted = settings(cache_size, dynamic_window, grid_extensions)
   same = all(saved.get(key) == wanted.get(key)
              for key in ("cache_size", "dynamic_window", "grids", "grid_extensions"))
@@ -246,7 +246,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
     if found is None and row.name in selected and state["status"] == reproduce.FINISHED:
       logging.info("testtime: row %s", row.name)
       found = row_results(workdir / row.name, cache_size, dynamic_window, grid_extensions)
-      (workdir / row.name / ROW_FILE).write_text(json.dumps(found, indent=1) + "\n")
+      (workdir / row.name / ROW_FILE).write_text(json_io.dumps(found, indent=1) + "\n")
       (workdir / row.name / PROGRESS_FILE).unlink()
       evaluated.append(row.name)
     records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
@@ -261,7 +261,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
           "command": command, "cache_size": cache_size, "dynamic_window": dynamic_window,
           "grid_extensions": grid_extensions, "rows": records}
   workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / PAGE_JSON).write_text(json.dumps(page, indent=1) + "\n")
+  (workdir / PAGE_JSON).write_text(json_io.dumps(page, indent=1) + "\n")
   (workdir / PAGE_MD).write_text(format_markdown(page))
   return {"table": table, "workdir": str(workdir),
           "files": [str(workdir / PAGE_JSON), str(workdir / PAGE_MD)],
