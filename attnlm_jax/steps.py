@@ -158,7 +158,8 @@ def apply_gradients(state: TrainState, learning_rate: jax.Array, shard_results: 
 
 
 def compile_side_by_side(compilations: Sequence[Callable[[], Any]]) -> None:
-  """Runs `compilations` (each lowers and compiles one program) on a pool of threads, one per
+  """Runs `compilations` (`TrainStep.compilations`, `Evaluator.compilations`: each compiles
+  one program, or runs the evaluation step once per shape) on a pool of threads, one per
   host CPU the process may use."""
   workers = max(1, min(len(compilations), logging_utils.host_cpus()))
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -167,23 +168,29 @@ def compile_side_by_side(compilations: Sequence[Callable[[], Any]]) -> None:
 
 
 def _compile(program, *args) -> None:
-  """Compiles jitted `program` for `args` (arrays, or their shapes and shardings); the
-  compiled program is kept where a call with arrays like `args`, laid out alike, finds it."""
+  """Compiles jitted or pmapped `program` for `args` (arrays, or their shapes and
+  shardings); the compiled program is kept where a call with arrays like `args`, laid out
+  alike, finds it."""
   program.lower(*args).compile()
 
 
-def _run(program, params: dict, batch: dict) -> None:
-  """Runs pmapped `program` once on stacked `params` and this process's `shard_batch`ed
-  `batch`, which compiles it for the batch's shapes."""
-  jax.block_until_ready(program(params, parallel.put_sharded(batch)))
+def _run_in_order(program, params: dict, batches: Sequence[dict]) -> None:
+  """Runs pmapped `program` on stacked `params` and each `shard_batch`ed host batch in turn,
+  which compiles it for each batch's shapes."""
+  for batch in batches:
+    jax.block_until_ready(program(params, parallel.put_sharded(batch)))
 
 
-def _batch_spec(batch: dict, rows: int, width: int, sharding) -> dict:
-  """Shapes of `batch`'s arrays with `rows` rows and `width` positions ([rows, width, ...]
-  arrays; [rows, ...] for the others), laid out by `sharding`."""
-  return {key: jax.ShapeDtypeStruct((rows, width, *value.shape[2:]) if value.ndim >= 2
-                                    else (rows, *value.shape[1:]), value.dtype,
-                                    sharding=sharding)
+def _batch_spec(batch: dict, sharding, rows: Optional[int] = None,
+                width: Optional[int] = None) -> dict:
+  """The shapes of `batch`'s arrays laid out by `sharding`; with `rows` and `width`, those of
+  a batch of `rows` rows and `width` positions ([rows, width, ...] arrays; [rows, ...] for
+  the others)."""
+  def shape(value):
+    if rows is None:
+      return value.shape
+    return (rows, width, *value.shape[2:]) if value.ndim >= 2 else (rows, *value.shape[1:])
+  return {key: jax.ShapeDtypeStruct(shape(value), value.dtype, sharding=sharding)
           for key, value in batch.items()}
 
 
@@ -238,7 +245,7 @@ class TrainStep:
       params, step_rng, step = parallel.device_views((state.params, rng, state.step), index)
       sharding = jax.sharding.SingleDeviceSharding(device)
       for width in widths:
-        spec = _batch_spec(batch, self.shard_rows, width, sharding)
+        spec = _batch_spec(batch, sharding, self.shard_rows, width)
         jobs.append(functools.partial(_compile, self._gradients, params, spec, step_rng, step,
                                       np.int32(0), None))
     return jobs
@@ -333,11 +340,12 @@ class Evaluator:
 
   def compilations(self, params: dict, data, splits: Sequence[str],
                    batch_size: int) -> list[Callable[[], Any]]:
-    """One compilation (for `compile_side_by_side`) of the evaluation step for each batch
-    shape of `splits` of `data` in batches of `batch_size`, with stacked `params`: a run of
-    the step on the first batch of that shape (run, not lowered ahead of time, because a
-    pmapped function lowers for the global batch of all processes' devices, which one
-    process does not hold). Not for the stream protocol, whose windows have one shape."""
+    """The compilations (for `compile_side_by_side`) of the evaluation step for each batch
+    shape of `splits` of `data` in batches of `batch_size`, with stacked `params`: one each,
+    ahead of time, in a single process; with several processes, whose pmapped step lowers
+    for the global batch that no process holds, one that runs the step once on a batch of
+    each shape, in the same order in every process (the runs' collectives must meet). Not for
+    the stream protocol, whose windows have one shape."""
     shard = (jax.process_index(), jax.process_count())
     batches = {}
     for split in splits:
@@ -345,7 +353,11 @@ class Evaluator:
         batch = parallel.shard_batch(batch, EVAL_TIME_MULTIPLE)
         batches.setdefault(tuple(sorted((key, value.shape) for key, value in batch.items())),
                            batch)
-    return [functools.partial(_run, self._step, params, batch) for batch in batches.values()]
+    if jax.process_count() > 1:
+      return [functools.partial(_run_in_order, self._step, params, list(batches.values()))]
+    sharding = parallel.stacked_sharding(jax.local_devices())
+    return [functools.partial(_compile, self._step, params, _batch_spec(batch, sharding))
+            for batch in batches.values()]
 
   def __call__(self, params: dict, data, split: str, batch_size: int) -> dict:
     """Evaluates stacked `params` on `split` of `data` (an `LMData`) in batches of
