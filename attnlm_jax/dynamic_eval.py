@@ -60,6 +60,10 @@ STAT_BATCHES = 200    # At most this many training batches give MS_g.
 DIVERGED_MEAN_NLL = 700.0
 # A pass is looked at every this many windows, and ends there once it is sure to diverge.
 DIVERGENCE_CHECK_EVERY = 16
+# Each window is padded in time to a multiple of this, not evaluation's
+# steps.EVAL_TIME_MULTIPLE (16): a pass is thousands of sequential steps, each computing its
+# window's padding, while a width more costs one compile of seconds (benchmarks/dynamic_eval.py).
+WINDOW_TIME_MULTIPLE = 4
 # What a window counts (plural, as results name it) -> the singular, for a window of 1.
 WINDOW_UNITS = {"sentences": "sentence", "document spans": "document span", "tokens": "token"}
 
@@ -122,25 +126,26 @@ def _adapt(params, anchor, rule, batch, carry, learning_rate, decay, *, model_co
 
 
 def unit_windows(stream: pipeline.EncodedSplit, units: tuple[np.ndarray, np.ndarray],
-                 size: int) -> Iterator[Window]:
+                 size: int, time_multiple: int = WINDOW_TIME_MULTIPLE) -> Iterator[Window]:
   """Windows of `size` consecutive units (rows of evaluation) in stream order; the last one
-  filled up with empty rows, each padded in time to a multiple of EVAL_TIME_MULTIPLE."""
+  filled up with empty rows, each padded in time to a multiple of `time_multiple`."""
   starts, lengths = units
   for first in range(0, len(starts), size):
     fill = size - len(starts[first:first + size])
     window_starts = np.pad(starts[first:first + size], (0, fill))
     window_lengths = np.pad(lengths[first:first + size], (0, fill))
-    width = int(batching.bucket_width(window_lengths.max(), steps.EVAL_TIME_MULTIPLE))
+    width = int(batching.bucket_width(window_lengths.max(), time_multiple))
     yield Window(pipeline.make_batch(stream, window_starts, window_lengths, width),
                  window_starts)
 
 
 def split_windows(model: evaluate.TrainedModel, data: data_lib.LMData, split: str,
-                  window: int) -> list[Window]:
-  """The windows of a split: `unit_windows` of `window` units, or under the stream protocol
-  the split as one stream in windows of max_len tokens."""
+                  window: int, time_multiple: int = WINDOW_TIME_MULTIPLE) -> list[Window]:
+  """The windows of a split: `unit_windows` of `window` units (padded in time to a multiple
+  of `time_multiple`), or under the stream protocol the split as one stream in windows of
+  max_len tokens."""
   if not data.is_stream:
-    return list(unit_windows(data.split(split), data.units(split), window))
+    return list(unit_windows(data.split(split), data.units(split), window, time_multiple))
   width = model.config.data.max_len
   return [Window(batch, np.array([index * width]))
           for index, batch in enumerate(data.eval_batches(split, 1))]
@@ -149,18 +154,21 @@ def split_windows(model: evaluate.TrainedModel, data: data_lib.LMData, split: st
 class DynamicEvaluator:
   """Dynamic evaluation of one trained model, its steps compiled once for every pass."""
 
-  def __init__(self, model: evaluate.TrainedModel, window: int = 1):
-    """Loads the model's corpus; the steps compile on first use.
+  def __init__(self, model: evaluate.TrainedModel, window: int = 1,
+               time_multiple: int = WINDOW_TIME_MULTIPLE):
+    """Loads the model's corpus; the steps compile on first use, once per window width.
 
     Args:
       model: a trained model.
       window: units (sentences or document spans) per window; unused under the stream
         protocol (windows of max_len tokens).
+      time_multiple: each window is padded in time to a multiple of this (unused under the
+        stream protocol).
     """
     if window < 1:
       raise DynamicEvalError(f"--dynamic_window={window} must be at least 1 (rows of "
                              "evaluation per window)")
-    self.model, self.window = model, window
+    self.model, self.window, self.time_multiple = model, window, time_multiple
     self.data = data_lib.load(model.config.data, model.vocab)
     config = model.config.model
     self._score = jax.jit(functools.partial(_window_log_probs, model_config=config))
@@ -171,7 +179,8 @@ class DynamicEvaluator:
   def windows(self, split: str) -> list[Window]:
     """The split's windows (made once)."""
     if split not in self._windows:
-      self._windows[split] = split_windows(self.model, self.data, split, self.window)
+      self._windows[split] = split_windows(self.model, self.data, split, self.window,
+                                           self.time_multiple)
     return self._windows[split]
 
   def _initial_carry(self, batch_size: int):

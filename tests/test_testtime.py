@@ -207,6 +207,20 @@ def test_dynamic_evaluation_with_learning_rate_zero_is_plain_evaluation(model):
   assert adapted.sum() > reference.sum() + 100      # the untrained model learns a lot
 
 
+def test_a_windows_padding_in_time_changes_no_log_prob(model):
+  """Windows of two sentences padded to a multiple of 1 (none beyond the longer sentence)
+  and of 16 give the same dynamic evaluation; each is as wide as its multiple asks."""
+  found = {}
+  for multiple in (1, 16):
+    evaluator = dynamic_eval.DynamicEvaluator(model, window=2, time_multiple=multiple)
+    for window in evaluator.windows("valid"):
+      longest = int(window.batch["lengths"].max())
+      assert window.batch["inputs"].shape[1] == -(-longest // multiple) * multiple
+    found[multiple] = evaluator.split_log_probs("valid", evaluator.rule("sgd"), 0.5, 0.01)
+  assert np.all(np.isfinite(found[1]))
+  np.testing.assert_allclose(found[1], found[16], atol=1e-5)
+
+
 def test_a_pass_sure_to_diverge_ends_early_and_still_counts_as_diverged(model, monkeypatch):
   evaluator = dynamic_eval.DynamicEvaluator(model)
   rule, tokens = evaluator.rule("sgd"), evaluator.data.split("valid").tokens
