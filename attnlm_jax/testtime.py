@@ -14,12 +14,13 @@ lies on, `grid_search.py`). It writes
 - `workdir/testtime.json`: every training row of the table with its results, the date and
   the command that writes the page;
 - `workdir/testtime.md`: the page, valid / test perplexity of the model and of each method
-  under both perplexity rules, and the hyperparameters chosen.
+  under both perplexity rules, the hyperparameters chosen, and published results of the
+  methods on other models beside them (`ANCHORS`).
 """
 
 import datetime
 import math
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from absl import logging
 from etils import epath
@@ -40,6 +41,30 @@ ROW_FILE = "testtime.json"
 PROGRESS_FILE = "testtime_progress.json"
 METHODS = ("cache", "dynamic_sgd", "dynamic_rms")
 SPLIT = "test"
+
+
+class Anchor(NamedTuple):
+  """A published test perplexity of another model alone, with the neural cache and with
+  dynamic evaluation (None: not reported), as printed."""
+  source: str
+  model: str
+  corpus: str
+  model_perplexity: float
+  cache: Optional[float]
+  dynamic: Optional[float]
+  settings: str
+
+
+# Published results of the test-time methods, set beside every page's rows (each test split
+# read as one stream; the cache and its settings as each source reports them).
+ANCHORS = (
+    Anchor("Grave, Joulin & Usunier 2017", "their LSTM", "Penn Treebank", 82.3, 72.1, None,
+           "-"),
+    Anchor("GluonNLP, cache_language_model", "standard_lstm_lm_650 (2 x 650, tied)",
+           "WikiText-2", 93.90, 67.31, None, "2,000 words, theta 0.662, lambda 0.1279"),
+    Anchor("Merity, Keskar & Socher 2018; Krause et al. 2018", "AWD-LSTM", "Penn Treebank",
+           57.3, 52.8, 51.1, "-"),
+)
 
 
 def settings(cache_size: int, dynamic_window: int, grid_extensions: int) -> dict:
@@ -198,6 +223,10 @@ def format_markdown(page: dict) -> str:
     tables += [f"Perplexity, valid / test, {rule}:", "",
                results.markdown_table(("row", "model", *methods),
                                       [_cells(r, key) for r in page["rows"]]), ""]
+  anchors = [[a["source"], a["model"], a["corpus"],
+              *(f"{a[key]:g}" if a[key] is not None else "-"
+                for key in ("model_perplexity", "cache", "dynamic")), a["settings"]]
+             for a in page["anchors"]]
   return "\n".join([
       f"# Test-time methods on table `{page['table']}`: {page['title']}", "",
       f"Written by `{page['command']}` ({page['date']}).", "", *tables,
@@ -206,6 +235,10 @@ def format_markdown(page: dict) -> str:
                               "(window)", "RMS learning rate, decay (window)"),
                              [_hyperparameters(r) for r in page["rows"]]), "",
       *_edge_notes(page["rows"]),
+      "Published anchors, test perplexity (`ANCHORS`; each split read as one stream, dynamic "
+      "evaluation as Krause et al. 2018 report it for AWD-LSTM):", "",
+      results.markdown_table(("source", "model", "corpus", "model alone", "cache",
+                              "dynamic eval.", "cache settings"), anchors), "",
       "`model`: the row's own evaluation (`results.md`). A method's valid number is that of "
       "its chosen grid point, its test number that of the same hyperparameters on test; "
       "`diverged`: not finite (the adapted model's log-probabilities overflowed). "
@@ -259,7 +292,8 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
   page = {"table": table, "title": tables.get_table(table).title,
           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
           "command": command, "cache_size": cache_size, "dynamic_window": dynamic_window,
-          "grid_extensions": grid_extensions, "rows": records}
+          "grid_extensions": grid_extensions, "rows": records,
+          "anchors": [anchor._asdict() for anchor in ANCHORS]}
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / PAGE_JSON).write_text(json_io.dumps(page, indent=1) + "\n")
   (workdir / PAGE_MD).write_text(format_markdown(page))

@@ -359,6 +359,10 @@ def test_page_of_a_table(table_dir, monkeypatch):
   text = (table_dir / testtime.PAGE_MD).read_text()
   assert "| none |" in text and "| single | - / - | not started |" in text
   assert "--mode=testtime --table=demo" in text and "--grid_extensions=3" in text
+  assert ("| GluonNLP, cache_language_model | standard_lstm_lm_650 (2 x 650, tied) | "
+          "WikiText-2 | 93.9 | 67.31 | - | 2,000 words, theta 0.662, lambda 0.1279 |") in text
+  assert "| AWD-LSTM | Penn Treebank | 57.3 | 52.8 | 51.1 | - |" in text
+  assert len(page["anchors"]) == len(testtime.ANCHORS)
   assert page["grid_extensions"] == none["grid_extensions"] == grid_search.EXTENSIONS
   assert testtime.run("demo", table_dir, cache_size=100,
                       dynamic_window=100)["evaluated"] == []        # reused
