@@ -226,7 +226,7 @@ def format_markdown(page: dict) -> str:
   anchors = [[a["source"], a["model"], a["corpus"],
               *(f"{a[key]:g}" if a[key] is not None else "-"
                 for key in ("model_perplexity", "cache", "dynamic")), a["settings"]]
-             for a in page["anchors"]]
+             for a in page.get("anchors", ())]  # Absent from pages saved before them.
   return "\n".join([
       f"# Test-time methods on table `{page['table']}`: {page['title']}", "",
       f"Written by `{page['command']}` ({page['date']}).", "", *tables,
@@ -235,10 +235,11 @@ def format_markdown(page: dict) -> str:
                               "(window)", "RMS learning rate, decay (window)"),
                              [_hyperparameters(r) for r in page["rows"]]), "",
       *_edge_notes(page["rows"]),
-      "Published anchors, test perplexity (`ANCHORS`; each split read as one stream, dynamic "
-      "evaluation as Krause et al. 2018 report it for AWD-LSTM):", "",
-      results.markdown_table(("source", "model", "corpus", "model alone", "cache",
-                              "dynamic eval.", "cache settings"), anchors), "",
+      *(["Published anchors, test perplexity (`ANCHORS`; each split read as one stream, "
+         "dynamic evaluation as Krause et al. 2018 report it for AWD-LSTM):", "",
+         results.markdown_table(("source", "model", "corpus", "model alone", "cache",
+                                 "dynamic eval.", "cache settings"), anchors), ""]
+        if anchors else []),
       "`model`: the row's own evaluation (`results.md`). A method's valid number is that of "
       "its chosen grid point, its test number that of the same hyperparameters on test; "
       "`diverged`: not finite (the adapted model's log-probabilities overflowed). "
