@@ -138,7 +138,7 @@ def main(argv: list[str]) -> None:
       "mean_longest_row": round(one["mean_longest_row"], 2), "search_passes": SEARCH_PASSES,
       "by_multiple": {str(m): {
           "first_pass_seconds": round(first[m], 3), "pass_seconds": round(later[m], 3),
-          "search_seconds": round(search[m], 1),
+          "search_seconds": round(search[m], 3),
           "rounds": [[round(s, 3) for s in r["seconds"]] for r in rounds[m]],
           "widths": rounds[m][0]["widths"], "mean_width": round(rounds[m][0]["mean_width"], 2),
           "pass_speedup": round(later[multiples[0]] / later[m], 2),
