@@ -22,7 +22,6 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
-import jax
 from ml_collections import config_flags
 
 from attnlm_jax import logging_utils
@@ -31,6 +30,7 @@ from attnlm_jax import steps
 from attnlm_jax import train
 from attnlm_jax.errors import UserError
 from benchmarks import epoch
+from benchmarks import provenance
 
 MODES = ("one_by_one", "side_by_side")
 
@@ -94,10 +94,7 @@ def main(argv: list[str]) -> None:
       **{f"{mode}_seconds": round(seconds[mode], 2) for mode in MODES},
       "speedup": round(seconds["one_by_one"] / seconds["side_by_side"], 2),
       "rounds": {mode: [round(r["seconds"], 2) for r in rounds[mode]] for mode in MODES},
-      "platform": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
-      "cpu_model": logging_utils.cpu_model(), "host_cpus": logging_utils.host_cpus(),
-      "jax": jax.__version__,
-      "command": " ".join(["python -m benchmarks.compile", *sys.argv[1:]])}))
+      **provenance.machine_and_command("benchmarks.compile")}))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
-import jax
 import numpy as np
 from ml_collections import config_flags
 
@@ -38,6 +37,7 @@ from attnlm_jax import logging_utils
 from attnlm_jax import train
 from attnlm_jax.errors import UserError
 from benchmarks import epoch
+from benchmarks import provenance
 
 SPLIT = "valid"
 # The passes of one rule's search on a table's page: nine grid points, test adapted, test
@@ -143,10 +143,7 @@ def main(argv: list[str]) -> None:
           "widths": rounds[m][0]["widths"], "mean_width": round(rounds[m][0]["mean_width"], 2),
           "pass_speedup": round(later[multiples[0]] / later[m], 2),
           "search_speedup": round(search[multiples[0]] / search[m], 2)} for m in multiples},
-      "platform": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
-      "cpu_model": logging_utils.cpu_model(), "host_cpus": logging_utils.host_cpus(),
-      "jax": jax.__version__,
-      "command": " ".join(["python -m benchmarks.dynamic_eval", *sys.argv[1:]])}))
+      **provenance.machine_and_command("benchmarks.dynamic_eval")}))
 
 
 if __name__ == "__main__":
