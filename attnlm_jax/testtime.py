@@ -11,8 +11,9 @@ lies on, `grid_search.py`). It writes
 - `workdir/<row>/testtime_progress.json`, while a row is evaluated: its cache result and
   every pass of dynamic evaluation made so far, so that a row stopped part-way (a
   session's end) goes on from its last pass;
-- `workdir/testtime.json`: every training row of the table with its results, the date and
-  the command that writes the page;
+- `workdir/testtime.json`: every training row of the table with its results (or, for a row
+  whose evaluation has stopped part-way or goes on in another process, what its progress
+  file holds so far), the date and the command that writes the page;
 - `workdir/testtime.md`: the page, valid / test perplexity of the model and of each method
   under both perplexity rules, the hyperparameters chosen, and published results of the
   methods on other models beside them (`ANCHORS`).
@@ -128,10 +129,32 @@ def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   if not path.exists():
     return None
   saved = json_io.loads(path.read_text())
+  return saved if _made_with(saved, cache_size, dynamic_window, grid_extensions) else None
+
+
+def _made_with(saved: dict, cache_size: int, dynamic_window: int,
+               grid_extensions: int) -> bool:
+  """Whether `saved` (a row's results, or its progress file's "made_with") was made with
+  these settings (`settings`)."""
   wanted = settings(cache_size, dynamic_window, grid_extensions)
-  same = all(saved.get(key) == wanted.get(key)
+  return all(saved.get(key) == wanted.get(key)
              for key in ("cache_size", "dynamic_window", "grids", "grid_extensions"))
-  return saved if same else None
+
+
+def _in_progress(row_dir: epath.Path, cache_size: int, dynamic_window: int,
+                 grid_extensions: int) -> Optional[dict]:
+  """What the row's progress file (`Progress`, made with these settings) holds: {**its
+  "made_with", "cache": the cache's result (once made), "passes": the passes of dynamic
+  evaluation made}, else None."""
+  path = row_dir / PROGRESS_FILE
+  if not path.exists():
+    return None
+  saved = json_io.loads(path.read_text())
+  if not _made_with(saved["made_with"], cache_size, dynamic_window, grid_extensions):
+    return None
+  entries = saved["entries"]
+  return {**saved["made_with"], **{key: entries[key] for key in ("cache",) if key in entries},
+          "passes": sum(key != "cache" for key in entries)}
 
 
 def _valid(result: dict, key: str) -> Optional[float]:
@@ -147,24 +170,34 @@ def _pair(valid, test) -> str:
 
 def _cells(record: dict, key: str) -> list[str]:
   """A page line under one rule (`key`): the model's and each method's valid / test."""
-  found = record["results"]
-  model = _pair(record.get(f"valid_{key}"), record.get(f"test_{key}"))
-  if found is None:
-    note = "not evaluated" if record["status"] == reproduce.FINISHED else record["status"]
-    return [record["name"], model, *[note] * len(METHODS)]
-  return [record["name"], model,
-          *(_pair(_valid(found[method], key), found[method][key]) for method in METHODS)]
+  found = _made(record)
+  return [record["name"], _pair(record.get(f"valid_{key}"), record.get(f"test_{key}")),
+          *(_pair(_valid(found[method], key), found[method][key]) if method in found
+            else _not_made(record) for method in METHODS)]
+
+
+def _made(record: dict) -> dict:
+  """A page row's results: whole, or what its evaluation has made so far, or none ({})."""
+  return record["results"] or record.get("in_progress") or {}
+
+
+def _not_made(record: dict) -> str:
+  """A page cell for a method whose result the row does not have (yet)."""
+  if "in_progress" in record:
+    passes = record["in_progress"]["passes"]
+    return f"evaluating ({passes} pass{'es' if passes != 1 else ''} made)"
+  return "not evaluated" if record["status"] == reproduce.FINISHED else record["status"]
 
 
 def _hyperparameters(record: dict) -> list[str]:
   """A line of the hyperparameter table."""
-  found = record["results"]
-  if found is None:
-    return [record["name"], *["-"] * len(METHODS)]
-  cached = found["cache"]
-  dynamic = [found[f"dynamic_{rule}"] for rule in dynamic_eval.METHODS]
-  return [record["name"], f"{cached['cache_theta']:g}, {cached['cache_lambda']:g}",
-          *(f"{d['learning_rate']:g}, {d['decay']:g} ({_count(d['window'], d['window_unit'])})"
+  found = _made(record)
+  cached = found.get("cache")
+  dynamic = [found.get(f"dynamic_{rule}") for rule in dynamic_eval.METHODS]
+  return [record["name"],
+          f"{cached['cache_theta']:g}, {cached['cache_lambda']:g}" if cached else "-",
+          *("-" if d is None else
+            f"{d['learning_rate']:g}, {d['decay']:g} ({_count(d['window'], d['window_unit'])})"
             if _converged(d) else "none: every point diverged" for d in dynamic)]
 
 
@@ -187,6 +220,8 @@ def edge_choices(results_of_row: dict) -> list[str]:
   cache weight and theta 0 are bounds)."""
   edges = []
   for method, name in METHOD_NAMES.items():
+    if method not in results_of_row:  # Not made yet.
+      continue
     for axis in results_of_row["grids"][method]:
       grid = sorted({point[axis] for point in results_of_row[method]["grid"]})
       chosen = results_of_row[method][AXIS_KEYS.get(axis, axis)]
@@ -201,7 +236,7 @@ def edge_choices(results_of_row: dict) -> list[str]:
 
 def _edge_notes(rows: Sequence[dict]) -> list[str]:
   """testtime.md's notes on the rows' choices at the edges of their grids."""
-  edges = {r["name"]: edge_choices(r["results"]) for r in rows if r["results"] is not None}
+  edges = {r["name"]: edge_choices(_made(r)) for r in rows if _made(r)}
   notes = [f"- `{name}`: {'; '.join(choices)}." for name, choices in edges.items() if choices]
   return ["Chosen at an edge of the values searched (the best point may lie beyond it):", "",
           *notes, ""] if notes else []
@@ -242,7 +277,10 @@ def format_markdown(page: dict) -> str:
         if anchors else []),
       "`model`: the row's own evaluation (`results.md`). A method's valid number is that of "
       "its chosen grid point, its test number that of the same hyperparameters on test; "
-      "`diverged`: not finite (the adapted model's log-probabilities overflowed). "
+      "`diverged`: not finite (the adapted model's log-probabilities overflowed); "
+      "`evaluating`: the row's searches stopped part-way or still running in another "
+      "process, its passes of dynamic evaluation over valid or test made so far counted "
+      "(each method's result is shown once made). "
       "Dynamic evaluation reads a stream-protocol split as one stream (batch 1); its "
       "`model_perplexity` in testtime.json is the trained model over those same windows.",
       ""])
@@ -283,8 +321,10 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
       (workdir / row.name / ROW_FILE).write_text(json_io.dumps(found, indent=1) + "\n")
       (workdir / row.name / PROGRESS_FILE).unlink()
       evaluated.append(row.name)
+    made = None if found else _in_progress(workdir / row.name, cache_size, dynamic_window,
+                                           grid_extensions)
     records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
-                    "results": found})
+                    "results": found, **({"in_progress": made} if made else {})})
   command = " ".join(["python -m attnlm_jax.main --mode=testtime", f"--table={table}",
                       f"--workdir={reproduce.as_typed(workdir)}",
                       *([f"--rows={','.join(rows)}"] if rows else []),

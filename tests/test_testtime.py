@@ -20,6 +20,7 @@ from attnlm_jax import dynamic_eval
 from attnlm_jax import evaluate
 from attnlm_jax import grid_search
 from attnlm_jax import models
+from attnlm_jax import results
 from attnlm_jax import testtime
 from attnlm_jax import train
 from attnlm_jax.data import pipeline
@@ -408,6 +409,20 @@ def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, 
   entries = json.loads(progress.read_text())["entries"]
   assert sorted(entries) == ["cache", "valid dynamic_sgd lr 0.1 decay 0.0",
                              "valid dynamic_sgd lr 0.3 decay 0.0"]
+  # The page, written while the row is evaluated elsewhere, shows what it has made so far.
+  assert testtime.run("demo", tmp_path / "stopped", rows=["single"], cache_size=100,
+                      dynamic_window=100, grid_extensions=0)["evaluated"] == []
+  row = json.loads((tmp_path / "stopped" / testtime.PAGE_JSON).read_text())["rows"][0]
+  assert row["results"] is None and row["in_progress"]["passes"] == 2
+  cached = row["in_progress"]["cache"]
+  assert cached == entries["cache"]
+  valid = min(point["perplexity"] for point in cached["grid"])
+  lines = (tmp_path / "stopped" / testtime.PAGE_MD).read_text().splitlines()
+  assert (f"| none | {results.format_number(row['valid_perplexity'])} / "
+          f"{results.format_number(row['test_perplexity'])} | "
+          f"{results.format_number(valid)} / {results.format_number(cached['perplexity'])} | "
+          "evaluating (2 passes made) | evaluating (2 passes made) |") in lines
+  assert f"| none | {cached['cache_theta']:g}, {cached['cache_lambda']:g} | - | - |" in lines
   made.clear()
   stop_at[0] = 0
   run("stopped")
