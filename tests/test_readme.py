@@ -114,7 +114,7 @@ def _numbers(value) -> set[str]:
 def test_the_results_section_quotes_only_numbers_the_committed_runs_wrote():
   section = README.read_text().split("## Reproduced results", 1)[1].split("\n## ", 1)[0]
   written = set().union(*(_numbers(json.loads(path.read_text())) for path in
-                          tiny_config.REPO.glob("docs/results/*/*.json")))
+                          tiny_config.REPO.glob("docs/results/**/*.json")))
   quoted = set(re.findall(r"-?\d+\.\d\b", section))
   assert quoted and quoted <= written, sorted(quoted - written)
 
