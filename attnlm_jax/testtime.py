@@ -129,11 +129,11 @@ def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   if not path.exists():
     return None
   saved = json_io.loads(path.read_text())
-  return saved if _made_with(saved, cache_size, dynamic_window, grid_extensions) else None
+  return saved if _same_settings(saved, cache_size, dynamic_window, grid_extensions) else None
 
 
-def _made_with(saved: dict, cache_size: int, dynamic_window: int,
-               grid_extensions: int) -> bool:
+def _same_settings(saved: dict, cache_size: int, dynamic_window: int,
+                   grid_extensions: int) -> bool:
   """Whether `saved` (a row's results, or its progress file's "made_with") was made with
   these settings (`settings`)."""
   wanted = settings(cache_size, dynamic_window, grid_extensions)
@@ -150,10 +150,10 @@ def _in_progress(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   if not path.exists():
     return None
   saved = json_io.loads(path.read_text())
-  if not _made_with(saved["made_with"], cache_size, dynamic_window, grid_extensions):
+  if not _same_settings(saved["made_with"], cache_size, dynamic_window, grid_extensions):
     return None
   entries = saved["entries"]
-  return {**saved["made_with"], **{key: entries[key] for key in ("cache",) if key in entries},
+  return {**saved["made_with"], **({"cache": entries["cache"]} if "cache" in entries else {}),
           "passes": sum(key != "cache" for key in entries)}
 
 
@@ -170,18 +170,18 @@ def _pair(valid, test) -> str:
 
 def _cells(record: dict, key: str) -> list[str]:
   """A page line under one rule (`key`): the model's and each method's valid / test."""
-  found = _made(record)
+  found = _results_so_far(record)
   return [record["name"], _pair(record.get(f"valid_{key}"), record.get(f"test_{key}")),
           *(_pair(_valid(found[method], key), found[method][key]) if method in found
-            else _not_made(record) for method in METHODS)]
+            else _missing_cell(record) for method in METHODS)]
 
 
-def _made(record: dict) -> dict:
+def _results_so_far(record: dict) -> dict:
   """A page row's results: whole, or what its evaluation has made so far, or none ({})."""
   return record["results"] or record.get("in_progress") or {}
 
 
-def _not_made(record: dict) -> str:
+def _missing_cell(record: dict) -> str:
   """A page cell for a method whose result the row does not have (yet)."""
   if "in_progress" in record:
     passes = record["in_progress"]["passes"]
@@ -191,7 +191,7 @@ def _not_made(record: dict) -> str:
 
 def _hyperparameters(record: dict) -> list[str]:
   """A line of the hyperparameter table."""
-  found = _made(record)
+  found = _results_so_far(record)
   cached = found.get("cache")
   dynamic = [found.get(f"dynamic_{rule}") for rule in dynamic_eval.METHODS]
   return [record["name"],
@@ -236,7 +236,7 @@ def edge_choices(results_of_row: dict) -> list[str]:
 
 def _edge_notes(rows: Sequence[dict]) -> list[str]:
   """testtime.md's notes on the rows' choices at the edges of their grids."""
-  edges = {r["name"]: edge_choices(_made(r)) for r in rows if _made(r)}
+  edges = {r["name"]: edge_choices(_results_so_far(r)) for r in rows if _results_so_far(r)}
   notes = [f"- `{name}`: {'; '.join(choices)}." for name, choices in edges.items() if choices]
   return ["Chosen at an edge of the values searched (the best point may lie beyond it):", "",
           *notes, ""] if notes else []
