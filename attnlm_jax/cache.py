@@ -2,7 +2,8 @@
 
 The cache holds the last `size` pairs (h_i, x_{i+1}) of the split read so far: the last LSTM
 layer's output h_i (`models.apply(return_hidden=True)`; for the attentive models h_i, not
-their output layer's h'_i) and the word that followed it. At step t (eqs. 2-4 of the paper)
+their output layer's h'_i, unless `states="head"` asks for h'_i) and the word that followed
+it. At step t (eqs. 2-4 of the paper)
 
     p_cache(w | h_t) ∝ Σ_{i in the cache, x_{i+1} = w} exp(theta h_t · h_i)
     p(w | h_t) = (1 - lambda) p_model(w | h_t) + lambda p_cache(w | h_t).
@@ -50,10 +51,11 @@ class CacheError(UserError):
   """A cache size, theta or lambda that cannot be used."""
 
 
-def _states_step(params, batch, carry, *, model_config):
-  """log p of each target [rows, T] (0 at padding), the last layer's h_t [rows, T, H] and
-  the rows' state after the batch (`carry`: a stream window's carried state, else None)."""
-  kwargs = {"tags": batch.get("tags"), "return_hidden": True}
+def _states_step(params, batch, carry, *, model_config, states: str):
+  """log p of each target [rows, T] (0 at padding), the hidden states `states` [rows, T, H]
+  (`models.HIDDEN_STATES`) and the rows' state after the batch (`carry`: a stream window's
+  carried state, else None)."""
+  kwargs = {"tags": batch.get("tags"), "return_hidden": True, "hidden": states}
   if carry is None:
     logits, hidden = models.apply(params, model_config, batch["inputs"], batch["lengths"],
                                   **kwargs)
@@ -65,9 +67,10 @@ def _states_step(params, batch, carry, *, model_config):
   return jnp.where(mask, log_probs, 0.0), hidden, carry
 
 
-def split_states(model: evaluate.TrainedModel, split: str
+def split_states(model: evaluate.TrainedModel, split: str, states: str = "lstm"
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(tokens [N], log p_model [N] (float64), h_t [N, H] (float32)) of every token of a split.
+  """(tokens [N], log p_model [N] (float64), h_t [N, H] (float32; h'_t with `states`
+  "head", `models.HIDDEN_STATES`)) of every token of a split.
 
   Computed as evaluation computes them (`evaluate.split_log_probs`: the rows of
   config.data.span in batches of `eval_batch_size`, pmapped; carried windows under the
@@ -76,8 +79,8 @@ def split_states(model: evaluate.TrainedModel, split: str
   data = data_lib.load(model.config.data, model.vocab)
   stream = data.split(split)
   batch_size = model.config.data.eval_batch_size
-  p_step = jax.pmap(functools.partial(_states_step, model_config=model.config.model),
-                    axis_name=parallel.AXIS)
+  p_step = jax.pmap(functools.partial(_states_step, model_config=model.config.model,
+                                      states=states), axis_name=parallel.AXIS)
   p_params = parallel.replicate(model.params)
   log_probs = np.zeros(len(stream.tokens), np.float64)
   hidden = np.zeros((len(stream.tokens), model.config.model.hidden_size), np.float32)
@@ -171,8 +174,13 @@ def mix(model_log_probs: np.ndarray, log_p_cache: np.ndarray, filled: np.ndarray
   return np.where(filled, mixed, model_log_probs)
 
 
-def check(size: int, theta: Optional[float], lam: Optional[float]) -> None:
-  """Raises CacheError unless size >= 1, theta >= 0 and 0 <= lambda < 1 (None: searched)."""
+def check(size: int, theta: Optional[float], lam: Optional[float],
+          states: str = "lstm") -> None:
+  """Raises CacheError unless size >= 1, theta >= 0, 0 <= lambda < 1 (None: searched) and
+  `states` is one of `models.HIDDEN_STATES`."""
+  if states not in models.HIDDEN_STATES:
+    raise CacheError(f"--cache_states={states}: choose {' or '.join(models.HIDDEN_STATES)} "
+                     "(the last LSTM layer's h_t, or the output layer's h'_t)")
   if size < 1:
     raise CacheError(f"--cache={size}: the cache size must be at least 1 (pairs of a hidden "
                      "state and the next word)")
@@ -209,7 +217,8 @@ def grid_search(tokens: np.ndarray, model_log_probs: np.ndarray, hidden: np.ndar
 
 def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,
                    theta: Optional[float] = None, lam: Optional[float] = None,
-                   extensions: int = grid_search_lib.EXTENSIONS) -> dict:
+                   extensions: int = grid_search_lib.EXTENSIONS,
+                   states: str = "lstm") -> dict:
   """Both perplexities of a split with and without a cache of `size` pairs, the model and
   the cache mixed as p = (1 - lambda) p_model + lambda p_cache (Grave et al. 2017, eq. 4).
 
@@ -221,21 +230,24 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,
       split by the grid search (THETAS x LAMBDAS, or the axis of the one not given), by the
       lowest perplexity (every token predicted).
     extensions: steps the search may take past each edge of its grid (`grid_search`).
+    states: the hidden states the cache keeps and queries (`models.HIDDEN_STATES`): "lstm",
+      the last LSTM layer's h_t, or "head", the output layer's h'_t, the softmax's input
+      (one and the same for the models without an output layer).
 
   Returns:
-    {"split", "step", "method": "cache", "cache_size", "cache_theta", "cache_lambda",
-     "fitted_on" (the split searched, None when both were given), "grid" (`grid_search`
-     on it), "perplexity", "perplexity_paper_convention" (with the cache),
+    {"split", "step", "method": "cache", "cache_size", "cache_states", "cache_theta",
+     "cache_lambda", "fitted_on" (the split searched, None when both were given), "grid"
+     (`grid_search` on it), "perplexity", "perplexity_paper_convention" (with the cache),
      "model_perplexity", "model_perplexity_paper_convention" (the model alone), "tokens",
      "sentences"}.
   """
-  check(size, theta, lam)
-  tokens, model_log_probs, hidden = split_states(model, split)
+  check(size, theta, lam, states)
+  tokens, model_log_probs, hidden = split_states(model, split, states)
   grid, fitted_on = [], None
   if theta is None or lam is None:
     fitted_on = FIT_SPLIT
     fit = (tokens, model_log_probs, hidden) if split == FIT_SPLIT else split_states(
-        model, FIT_SPLIT)
+        model, FIT_SPLIT, states)
     grid = grid_search(*fit, size, THETAS if theta is None else (theta,),
                        LAMBDAS if lam is None else (lam,), extensions)
     best = min(grid, key=lambda point: point["perplexity"])
@@ -244,6 +256,7 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,
   model_result = ensemble.perplexities(tokens, model_log_probs)
   return {
       "split": split, "step": model.step, "method": "cache", "cache_size": size,
+      "cache_states": states,
       "cache_theta": float(theta), "cache_lambda": float(lam), "fitted_on": fitted_on,
       "grid": grid, **ensemble.perplexities(tokens, mix(model_log_probs, log_probs, filled,
                                                          lam)),

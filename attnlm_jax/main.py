@@ -46,6 +46,7 @@ from attnlm_jax import evaluate
 from attnlm_jax import grid_search
 from attnlm_jax import json_io
 from attnlm_jax import logging_utils
+from attnlm_jax import models
 from attnlm_jax import preemption
 from attnlm_jax import reproduce
 from attnlm_jax import rescoring
@@ -100,6 +101,10 @@ flags.DEFINE_integer("cache", 0, "evaluate: add a neural cache of this many (hid
 flags.DEFINE_float("cache_theta", None, "evaluate --cache: theta (default: chosen on valid).")
 flags.DEFINE_float("cache_lambda", None, "evaluate --cache: lambda (default: chosen on "
                    "valid).")
+flags.DEFINE_enum("cache_states", "lstm", models.HIDDEN_STATES, "evaluate --cache: the "
+                  "hidden states the cache keeps and queries: lstm (h_t, the last LSTM "
+                  "layer's output) or head (h'_t, the attentive models' output layer, what "
+                  "the softmax reads).")
 flags.DEFINE_enum("dynamic", None, dynamic_eval.METHODS, "evaluate: dynamic evaluation with "
                   "this update rule.")
 flags.DEFINE_float("dynamic_lr", None, "evaluate --dynamic: learning rate (default: chosen on "
@@ -273,7 +278,8 @@ def run(mode: str) -> None:
   model = evaluate.load(FLAGS.workdir, config)
   if mode == "evaluate" and FLAGS.cache:
     print(json_io.dumps(cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
-                                          FLAGS.cache_lambda, FLAGS.grid_extensions)))
+                                          FLAGS.cache_lambda, FLAGS.grid_extensions,
+                                          FLAGS.cache_states)))
   elif mode == "evaluate" and FLAGS.dynamic:
     print(json_io.dumps(dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic,
                                                  FLAGS.dynamic_lr, FLAGS.dynamic_decay,

@@ -52,6 +52,10 @@ SCORE_FUNCTIONS = scores.SCORE_FUNCTIONS
 ATTENTION_FORMS = ("parallel", "scan")
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 STATS = "batch_stats"
+# The hidden states `apply(return_hidden=True)` can return: "lstm", the last LSTM layer's
+# output h_t (what attention reads); "head", the output layer's h'_t (what the softmax reads:
+# h_t itself for the models without an output layer, `none` and the DAS/LSTMN models).
+HIDDEN_STATES = ("lstm", "head")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -206,7 +210,8 @@ def _dropout(rng, config, rows: jax.Array, num_steps: int, embed_size: int) -> _
 def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train: bool = False,
           rng: Optional[jax.Array] = None, return_attention: bool = False,
           mutable: bool = False, tags: Optional[jax.Array] = None,
-          rows: Optional[jax.Array] = None, return_hidden: bool = False):
+          rows: Optional[jax.Array] = None, return_hidden: bool = False,
+          hidden: str = "lstm"):
   """Next-token logits [B, T, V] for input tokens [B, T] (int32) with `lengths` [B]; every
   row starts from the zero state (the sentence protocol).
 
@@ -214,9 +219,10 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
     memory [h_0 = 0, h_1 .. h_{t-1}] for the output-layer scores; over the inputs m_1..m_T for
     `das` and `das_lstmn` (the word stream's weights); over the tape [h_0 = 0, h_1 ..] for
     `lstmn`.
-  return_hidden: also return (last, after the weights if asked) the last LSTM layer's output
-    h_t [B, T, H], the output layer's input (h_t, not the attentive models' h'_t; after the
-    output dropout in training): what the neural cache stores (`cache.py`).
+  return_hidden: also return (last, after the weights if asked) the hidden states named by
+    `hidden` (`HIDDEN_STATES`): the last LSTM layer's output h_t [B, T, H], the output
+    layer's input (after the output dropout in training), or that layer's h'_t, the
+    softmax's input: what the neural cache stores (`cache.py`).
   mutable: return (outputs, updates), `updates` to merge into params as {**params, **updates}
     (the new batch-norm statistics of training mode; empty otherwise).
   train: dropout on (needs `rng`) and batch-norm batch statistics.
@@ -230,11 +236,12 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
   score = scores.get(config.score)
   if return_attention and score.attend is None and not score.feeds_recurrence:
     raise ConfigError(f"score {config.score!r} has no attention weights to return")
-  logits, weights, updates, _, hidden = _forward(params, config, tokens, lengths, None,
+  logits, weights, updates, _, states = _forward(params, config, tokens, lengths, None,
                                                  train=train, rng=rng,
                                                  need_weights=return_attention, tags=tags,
                                                  rows=rows)
-  extras = ((weights,) if return_attention else ()) + ((hidden,) if return_hidden else ())
+  extras = ((weights,) if return_attention else ()) + (
+      (_hidden(states, hidden),) if return_hidden else ())
   outputs = (logits, *extras) if extras else logits
   return (outputs, updates) if mutable else outputs
 
@@ -242,7 +249,7 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
 def apply_window(params: dict, config, tokens: jax.Array, lengths: jax.Array,
                  state: DecodeState, *, train: bool = False, rng: Optional[jax.Array] = None,
                  tags: Optional[jax.Array] = None, rows: Optional[jax.Array] = None,
-                 return_hidden: bool = False):
+                 return_hidden: bool = False, hidden: str = "lstm"):
   """One window of the stream protocol: logits [B, T, V] of the window's tokens [B, T] given
   the `state` the previous window left (`init_stream_state` before the first).
 
@@ -254,18 +261,27 @@ def apply_window(params: dict, config, tokens: jax.Array, lengths: jax.Array,
 
   Returns:
     (logits, the state after the window, updates as in `apply(mutable=True)`); with
-    `return_hidden`, (logits, h_t [B, T, H] as in `apply`) in place of the logits.
+    `return_hidden`, (logits, the `hidden` states as in `apply`) in place of the logits.
   """
   state = jax.lax.stop_gradient(state)
-  logits, _, updates, state, hidden = _forward(params, config, tokens, lengths, state,
+  logits, _, updates, state, states = _forward(params, config, tokens, lengths, state,
                                                train=train, rng=rng, need_weights=False,
                                                tags=tags, rows=rows)
-  return (logits, hidden) if return_hidden else logits, state, updates
+  return (logits, _hidden(states, hidden)) if return_hidden else logits, state, updates
+
+
+def _hidden(states: dict, name: str) -> jax.Array:
+  """The hidden states called `name` of `_forward`'s {HIDDEN_STATES: [B, T, ...]}."""
+  if name not in states:
+    raise ConfigError(f"unknown hidden states {name!r}: choose one of "
+                      f"{', '.join(HIDDEN_STATES)}")
+  return states[name]
 
 
 def _forward(params, config, tokens, lengths, state, *, train, rng, need_weights, tags, rows):
-  """(logits, weights or None, updates, state after the sequence or None, the last layer's
-  h_t) of `apply` (state None: zero start) and `apply_window`."""
+  """(logits, weights or None, updates, state after the sequence or None, the hidden states
+  {"lstm": the last layer's h_t, "head": the output layer's h'_t}) of `apply` (state None:
+  zero start) and `apply_window`."""
   validate(config)
   score = scores.get(config.score)
   if train and config.dropout > 0 and rng is None:
@@ -285,7 +301,8 @@ def _forward(params, config, tokens, lengths, state, *, train, rng, need_weights
   features, new_stats = _head(params, config, score, query, context, valid, train,
                               positions=jnp.arange(num_steps))
   updates = {STATS: new_stats} if new_stats is not None else {}
-  return _logits(params, config, features), weights, updates, state, query
+  return (_logits(params, config, features), weights, updates, state,
+          {"lstm": query, "head": features})
 
 
 def _compute_dtype(config):

@@ -89,6 +89,14 @@ def test_return_hidden_is_the_output_layers_input(model):
   logits, weights, hidden = models.apply(model.params, model.config.model, tokens, lengths,
                                          return_attention=True, return_hidden=True)
   assert weights.shape == (1, 4, 4) and hidden.shape == (1, 4, config.hidden_size)
+  # `single`: its output layer's h'_t = tanh(W_h h_t + W_c c_t + b) is the softmax's input.
+  _, head = models.apply(model.params, model.config.model, tokens, lengths,
+                         return_hidden=True, hidden="head")
+  np.testing.assert_allclose(logits, head @ model.params["embed"].T
+                             + model.params["out_bias"], atol=1e-5)
+  assert not np.allclose(head, hidden)
+  with pytest.raises(models.ConfigError, match="unknown hidden states 'h2'"):
+    models.apply(params, config, tokens, lengths, return_hidden=True, hidden="h2")
 
 
 @pytest.mark.parametrize("score", tuple(models.SCORE_FUNCTIONS))
@@ -112,6 +120,21 @@ def test_cache_equals_its_equation_token_by_token(valid_states, size):
   mixed = cache.mix(log_probs, cache_log_probs, filled, 0.2)
   np.testing.assert_allclose(mixed, direct_cache(hidden, tokens, log_probs, size, 0.3, 0.2),
                              rtol=1e-5)
+
+
+def test_the_cache_over_the_output_layers_states(model):
+  """With `states="head"` the cache keeps and queries h'_t: for `none`, whose output layer is
+  the identity, the same result as over h_t; for `single` its equation over h'_t."""
+  baseline = tiny_model(model__score="none")
+  over = {states: cache.evaluate_split(baseline, "valid", 40, theta=0.3, lam=0.2,
+                                       states=states) for states in models.HIDDEN_STATES}
+  assert over["head"]["cache_states"] == "head" and over["lstm"]["cache_states"] == "lstm"
+  assert over["head"]["perplexity"] == over["lstm"]["perplexity"]
+  tokens, log_probs, head = (x[:300] for x in cache.split_states(model, "valid", "head"))
+  assert not np.allclose(head, cache.split_states(model, "valid")[2][:300])
+  cache_log_probs, filled = cache.cache_log_probs(head, tokens, 40, theta=0.3)
+  np.testing.assert_allclose(cache.mix(log_probs, cache_log_probs, filled, 0.2),
+                             direct_cache(head, tokens, log_probs, 40, 0.3, 0.2), rtol=1e-5)
 
 
 def test_lambda_zero_gives_the_models_own_perplexity(model):
@@ -187,6 +210,8 @@ def test_the_stream_protocol_cache_reads_evaluations_windows():
 def test_bad_cache_settings_are_refused(size, theta, lam, message):
   with pytest.raises(cache.CacheError, match=message.replace("[", r"\[").replace(")", r"\)")):
     cache.check(size, theta, lam)
+  with pytest.raises(cache.CacheError, match="--cache_states=h2: choose lstm or head"):
+    cache.check(10, None, None, "h2")
 
 
 # --------------------------------------------------------------------------- dynamic
@@ -510,6 +535,12 @@ def test_cli_evaluate_with_a_cache_and_with_dynamic_evaluation(table_dir):
                                                                               0.1)
   assert {"perplexity", "perplexity_paper_convention", "model_perplexity",
           "model_perplexity_paper_convention"} <= cached.keys()
+  result = _main("--mode=evaluate", f"--workdir={workdir}", "--split=test", "--cache=100",
+                 "--cache_theta=0.3", "--cache_lambda=0.1", "--cache_states=head")
+  assert result.returncode == 0, result.stderr[-2000:]
+  over_head = json.loads(result.stdout.splitlines()[-1])      # `none`: h'_t = h_t
+  assert (over_head["cache_states"], cached["cache_states"]) == ("head", "lstm")
+  assert over_head["perplexity"] == cached["perplexity"]
   result = _main("--mode=evaluate", f"--workdir={workdir}", "--split=test", "--dynamic=sgd",
                  "--dynamic_lr=0.1", "--dynamic_decay=0", "--dynamic_window=100")
   assert result.returncode == 0, result.stderr[-2000:]
