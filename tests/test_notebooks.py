@@ -11,7 +11,7 @@ import pytest
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 # Run in this order: the later ones reuse the runs of the earlier ones (each would train
 # what it misses when run alone).
-NOTEBOOKS = ("quickstart", "attention_analysis", "reproduce_tables")
+NOTEBOOKS = ("quickstart", "attention_analysis", "reproduce_tables", "testtime")
 COLAB_URL = "https://colab.research.google.com/github/attnlm-jax/attnlm_jax/blob/main/notebooks/"
 
 
@@ -54,7 +54,7 @@ def test_notebook_runs_and_draws_its_figures(name, kernel_env):
                           resources={"metadata": {"path": str(NOTEBOOK_DIR)}}).execute()
   images = [output for cell in notebook.cells if cell.cell_type == "code"
             for output in cell.outputs if "image/png" in output.get("data", {})]
-  expected = {"quickstart": 1, "attention_analysis": 3, "reproduce_tables": 1}[name]
+  expected = {"quickstart": 1, "attention_analysis": 3, "reproduce_tables": 1, "testtime": 1}[name]
   assert len(images) == expected
   errors = [output for cell in notebook.cells if cell.cell_type == "code"
             for output in cell.outputs if output.output_type == "error"]
