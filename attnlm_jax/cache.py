@@ -48,7 +48,7 @@ BLOCK = 256
 
 
 class CacheError(UserError):
-  """A cache size, theta or lambda that cannot be used."""
+  """A cache size, theta, lambda or choice of hidden states that cannot be used."""
 
 
 def _states_step(params, batch, carry, *, model_config, states: str):
