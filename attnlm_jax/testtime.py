@@ -17,6 +17,10 @@ lies on, `grid_search.py`). It writes
 - `workdir/testtime.md`: the page, valid / test perplexity of the model and of each method
   under both perplexity rules, the hyperparameters chosen, and published results of the
   methods on other models beside them (`ANCHORS`).
+
+A row's cache over its output layer's h'_t (`workdir/<row>/cache_head.json`, what
+`--mode=evaluate --split=test --cache=SIZE --cache_states=head` printed) is shown beside
+the page's cache over h_t when the row has one.
 """
 
 import datetime
@@ -28,6 +32,7 @@ from etils import epath
 
 from attnlm_jax import cache
 from attnlm_jax import dynamic_eval
+from attnlm_jax import errors
 from attnlm_jax import evaluate
 from attnlm_jax import grid_search
 from attnlm_jax import json_io
@@ -40,7 +45,12 @@ PAGE_JSON = "testtime.json"
 PAGE_MD = "testtime.md"
 ROW_FILE = "testtime.json"
 PROGRESS_FILE = "testtime_progress.json"
+HEAD_CACHE_FILE = "cache_head.json"
 METHODS = ("cache", "dynamic_sgd", "dynamic_rms")
+# The two perplexity rules of the page (`losses.py`), by their keys in the results.
+RULES = {"perplexity": "every token predicted",
+         "perplexity_paper_convention": "the released code's rule: a sentence's first word "
+                                        "not predicted but counted"}
 SPLIT = "test"
 
 
@@ -157,6 +167,21 @@ def _in_progress(row_dir: epath.Path, cache_size: int, dynamic_window: int,
           "passes": sum(key != "cache" for key in entries)}
 
 
+def _head_cache(row_dir: epath.Path) -> Optional[dict]:
+  """The row's cache over h'_t (HEAD_CACHE_FILE) without its grid, with the valid
+  perplexities of its chosen point (`valid_perplexity`, `valid_perplexity_paper_convention`);
+  None when the row has none."""
+  path = row_dir / HEAD_CACHE_FILE
+  if not path.exists():
+    return None
+  found = json_io.loads(path.read_text())
+  if found.get("method") != "cache" or found.get("cache_states") != "head":
+    raise errors.UserError(f"{path} is not a cache over the output layer's h'_t: make it with "
+                           "--mode=evaluate --split=test --cache=SIZE --cache_states=head")
+  return {**{key: value for key, value in found.items() if key != "grid"},
+          **{f"valid_{key}": _valid(found, key) for key in RULES}}
+
+
 def _valid(result: dict, key: str) -> Optional[float]:
   """A method's valid perplexity (`key`'s rule) at its chosen point of the grid."""
   if not result["grid"]:
@@ -247,14 +272,26 @@ def _count(number: int, unit: str) -> str:
   return f"{number} {unit if number != 1 else dynamic_eval.WINDOW_UNITS[unit]}"
 
 
+def _head_cache_lines(rows: Sequence[dict]) -> list[str]:
+  """testtime.md's table of the rows' caches over h'_t (none: no lines)."""
+  lines = [[r["name"], f"{head['cache_size']:,}",
+            *(_pair(head[f"valid_{key}"], head[key]) for key in RULES),
+            f"{head['cache_theta']:g}, {head['cache_lambda']:g}"]
+           for r in rows for head in [r.get("cache_head")] if head]
+  if not lines:
+    return []
+  return ["The cache over the output layer's h'_t, the softmax's input, instead of the last "
+          "LSTM layer's h_t (each row's `cache_head.json`, made by `--mode=evaluate "
+          "--split=test --cache=SIZE --cache_states=head`; docs/testtime.md), valid / test:",
+          "", results.markdown_table(("row", "cache size", "every token predicted",
+                                      "the released code's rule", "theta, lambda"), lines), ""]
+
+
 def format_markdown(page: dict) -> str:
   """testtime.md of a testtime.json dict."""
   methods = (f"cache ({page['cache_size']:,})", "dynamic eval., SGD", "dynamic eval., RMS")
-  rules = (("perplexity", "every token predicted"),
-           ("perplexity_paper_convention", "the released code's rule: a sentence's first "
-            "word not predicted but counted"))
   tables = []
-  for key, rule in rules:
+  for key, rule in RULES.items():
     tables += [f"Perplexity, valid / test, {rule}:", "",
                results.markdown_table(("row", "model", *methods),
                                       [_cells(r, key) for r in page["rows"]]), ""]
@@ -270,6 +307,7 @@ def format_markdown(page: dict) -> str:
                               "(window)", "RMS learning rate, decay (window)"),
                              [_hyperparameters(r) for r in page["rows"]]), "",
       *_edge_notes(page["rows"]),
+      *_head_cache_lines(page["rows"]),
       *(["Published anchors, test perplexity (`ANCHORS`; each split read as one stream, "
          "dynamic evaluation as Krause et al. 2018 report it for AWD-LSTM):", "",
          results.markdown_table(("source", "model", "corpus", "model alone", "cache",
@@ -323,8 +361,10 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
       evaluated.append(row.name)
     made = None if found else _in_progress(workdir / row.name, cache_size, dynamic_window,
                                            grid_extensions)
+    head = _head_cache(workdir / row.name)
     records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
-                    "results": found, **({"in_progress": made} if made else {})})
+                    "results": found, **({"in_progress": made} if made else {}),
+                    **({"cache_head": head} if head else {})})
   command = " ".join(["python -m attnlm_jax.main --mode=testtime", f"--table={table}",
                       f"--workdir={reproduce.as_typed(workdir)}",
                       *([f"--rows={','.join(rows)}"] if rows else []),

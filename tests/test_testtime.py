@@ -403,6 +403,36 @@ def test_page_of_a_table(table_dir, monkeypatch):
   assert "grid_extensions" not in alone and len(alone["cache"]["grid"]) == 4
 
 
+def test_a_rows_cache_over_the_output_layers_states_is_shown_beside_the_page(
+    table_dir, tmp_path, monkeypatch):
+  monkeypatch.setattr(cache, "THETAS", (0.0, 0.3))
+  monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.1))
+  shutil.copytree(table_dir, tmp_path, dirs_exist_ok=True)
+  head = cache.evaluate_split(evaluate.load(tmp_path / "none"), "test", 100, extensions=0,
+                              states="head")
+  (tmp_path / "none" / testtime.HEAD_CACHE_FILE).write_text(json.dumps(head))
+  monkeypatch.setattr(testtime, "row_results", tiny_config.must_not_run)
+  testtime.run("demo", tmp_path, rows=["single"], cache_size=100, dynamic_window=100)
+  row = json.loads((tmp_path / testtime.PAGE_JSON).read_text())["rows"][0]
+  best = min(head["grid"], key=lambda point: point["perplexity"])
+  assert row["cache_head"]["valid_perplexity"] == best["perplexity"]
+  assert row["cache_head"]["perplexity"] == head["perplexity"] and "grid" not in row["cache_head"]
+  text = (tmp_path / testtime.PAGE_MD).read_text()
+  number = results.format_number
+  assert (f"| none | 100 | {number(best['perplexity'])} / {number(head['perplexity'])} | "
+          f"{number(best['perplexity_paper_convention'])} / "
+          f"{number(head['perplexity_paper_convention'])} | {head['cache_theta']:g}, "
+          f"{head['cache_lambda']:g} |") in text.splitlines()
+  (tmp_path / "none" / testtime.HEAD_CACHE_FILE).write_text(json.dumps({**head,
+                                                                        "cache_states": "lstm"}))
+  result = _main("--mode=testtime", "--table=demo", f"--workdir={tmp_path}", "--rows=single")
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+      f"error: {tmp_path / 'none' / testtime.HEAD_CACHE_FILE} is not a cache over the output "
+      "layer's h'_t: make it with --mode=evaluate --split=test --cache=SIZE "
+      "--cache_states=head"]
+
+
 class Stopped(Exception):
   """A stand-in for the end of a session."""
 
