@@ -203,6 +203,7 @@ def _training_state(row_dir: epath.Path) -> dict:
   state = {"status": FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
            "epochs_run": run["epochs_run"], "valid_curve": run["valid_curve"],
            "ran_on": run["ran_on"], "epoch_seconds": run["epoch_seconds"],
+           "fastest_epoch_seconds": run["fastest_epoch_seconds"],
            **{key: run[key] for key in results.RUN_KEYS}}
   if not run["finished"]:
     state.update(status=f"{RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
@@ -259,7 +260,8 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "command": row_command(row, workdir), "status": NOT_STARTED, "params": None,
             "num_epochs": config.train.num_epochs if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
-            "ran_on": [], "epoch_seconds": {}, "paper": None, "differences": None}
+            "ran_on": [], "epoch_seconds": {},
+            "fastest_epoch_seconds": {}, "paper": None, "differences": None}
   if row.note:
     record["note"] = row.note
   record.update(row_state(row, workdir))
@@ -331,15 +333,22 @@ def _running_note(record: dict) -> str:
 
 def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
   """results.md's notes on where the rows trained: one line per place, naming its rows, each
-  with its median seconds of an epoch there when known (the rows whose logs do not say
-  where are left out)."""
+  with its fastest and median seconds of an epoch there when known (the rows whose logs do
+  not say where are left out), and what the two times mean."""
   places = {}
   for record in rows:
     for place in record["ran_on"]:
-      seconds = record["epoch_seconds"].get(place)
+      fastest, median = (record[key].get(place)
+                         for key in ("fastest_epoch_seconds", "epoch_seconds"))
       places.setdefault(place, []).append(
-          f"`{record['name']}`" + ("" if seconds is None else f" ({seconds:,.1f} s an epoch)"))
-  return [f"- Trained on {place}: {', '.join(names)}." for place, names in places.items()]
+          f"`{record['name']}`" + ("" if fastest is None else
+                                   f" ({fastest:,.1f} s its fastest epoch, {median:,.1f} s "
+                                   "the median)"))
+  timed = any(record["epoch_seconds"] for record in rows)
+  return [*(f"- Trained on {place}: {', '.join(names)}." for place, names in places.items()),
+          *(["- An epoch's time is its steps, its validation and its saves. The fastest epoch is a row's cost on a "
+             "quiet machine; the median also counts epochs slowed by compiling or by other "
+             "work on the machine."] if timed else [])]
 
 
 def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import math
 import statistics
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from etils import epath
 from matplotlib import figure as figure_lib
@@ -151,16 +151,16 @@ def _seconds_by_epoch(records: Sequence[dict]) -> dict[int, tuple[Optional[str],
   return seconds
 
 
-def _epoch_seconds(seconds_by_epoch: Mapping[int, tuple[Optional[str], float]]
-                   ) -> dict[str, float]:
-  """The median training seconds of an epoch in each place a run trained, {`ran_on`:
-  seconds} in the order first met (`_seconds_by_epoch`; epochs of an unknown place left
-  out)."""
+def _epoch_seconds(seconds_by_epoch: Mapping[int, tuple[Optional[str], float]],
+                   statistic: Callable[[list[float]], float]) -> dict[str, float]:
+  """`statistic` (`statistics.median`, `min`) of the training seconds of a run's epochs in
+  each place it trained, {`ran_on`: seconds} in the order first met (`_seconds_by_epoch`;
+  epochs of an unknown place left out)."""
   seconds = {}
   for where, value in seconds_by_epoch.values():
     if where is not None:
       seconds.setdefault(where, []).append(value)
-  return {where: statistics.median(values) for where, values in seconds.items()}
+  return {where: statistic(values) for where, values in seconds.items()}
 
 
 def ran_on(start: Mapping[str, Any]) -> Optional[str]:
@@ -196,8 +196,10 @@ def read_run(workdir) -> dict:
      difference of its cumulative `train_seconds` and the epoch before's; None before the
      first epoch or when the log does not record them), "ran_on" (where its sessions
      trained, `ran_on` of each start record that says, without repeats: [] for logs from
-     before 2026-11-25) and "epoch_seconds" (the median training seconds of an epoch in
-     each of those places, `_epoch_seconds`)}.
+     before 2026-11-25), "epoch_seconds" (the median training seconds of an epoch in each
+     of those places, `_epoch_seconds`) and "fastest_epoch_seconds" (the fewest: the cost
+     of an epoch on a quiet machine, where the median also counts epochs slowed by
+     compiling or by other work on the machine)}.
   """
   workdir = epath.Path(str(workdir))
   path = workdir / logging_utils.METRICS_FILE
@@ -227,7 +229,8 @@ def read_run(workdir) -> dict:
           "epochs_run": len(curve), "best_valid_perplexity": best[1],
           "last_epoch_seconds": last_epoch[1] if last_epoch else None,
           "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts)))),
-          "epoch_seconds": _epoch_seconds(seconds_by_epoch)}
+          "epoch_seconds": _epoch_seconds(seconds_by_epoch, statistics.median),
+          "fastest_epoch_seconds": _epoch_seconds(seconds_by_epoch, min)}
 
 
 def find_runs(root) -> list[epath.Path]:

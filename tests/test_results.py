@@ -70,7 +70,7 @@ def test_ran_on_lists_each_place_a_run_trained_once(tmp_path):
   assert results.ran_on(records[0]) is None
 
 
-def test_epoch_seconds_are_each_place_s_median_epoch(tmp_path):
+def test_epoch_seconds_are_each_place_s_median_and_fastest_epoch(tmp_path):
   config = {"data": {"corpus": "ptb"}, "train": {"num_epochs": 9},
             "model": {"score": "none", "hidden_size": 8, "num_layers": 1}}
   start = lambda step, **where: {"event": "start", "step": step, "num_params": 10,
@@ -83,9 +83,12 @@ def test_epoch_seconds_are_each_place_s_median_epoch(tmp_path):
              epoch(3, 25.0), epoch(4, 29.0), epoch(5, 32.0),
              start(50, **cpu), epoch(7, 50.0)]    # no epoch 6 in the log: 7 is not timed
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-  assert results.read_run(tmp_path)["epoch_seconds"] == {
+  run = results.read_run(tmp_path)
+  assert run["epoch_seconds"] == {
       "gpu, 1 device, 16 host CPUs": 4.0,          # epochs 2 to 5: 11, 4, 4, 3
       "cpu, 1 device, 2 host CPUs": 10.0}          # epoch 1 only
+  assert run["fastest_epoch_seconds"] == {
+      "gpu, 1 device, 16 host CPUs": 3.0, "cpu, 1 device, 2 host CPUs": 10.0}
 
 
 @pytest.mark.parametrize("low, high, expected", [
