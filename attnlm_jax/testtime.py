@@ -97,9 +97,17 @@ class Progress(dict):
   read: the row starts afresh."""
 
   def __init__(self, path: epath.Path, made_with: dict):
-    saved = json_io.loads(path.read_text()) if path.exists() else {}
-    super().__init__(saved.get("entries", {}) if saved.get("made_with") == made_with else {})
+    saved_with, entries = self.read(path)
+    super().__init__(entries if saved_with == made_with else {})
     self.path, self.made_with = path, made_with
+
+  @staticmethod
+  def read(path: epath.Path) -> tuple[Optional[dict], dict]:
+    """What the file at `path` was made with and its entries; (None, {}) with no file."""
+    if not path.exists():
+      return None, {}
+    saved = json_io.loads(path.read_text())
+    return saved["made_with"], saved["entries"]
 
   def __setitem__(self, key: str, value: dict) -> None:
     super().__setitem__(key, value)
@@ -156,14 +164,11 @@ def _in_progress(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   """What the row's progress file (`Progress`, made with these settings) holds: {**its
   "made_with", "cache": the cache's result (once made), "passes": the passes of dynamic
   evaluation made}, else None."""
-  path = row_dir / PROGRESS_FILE
-  if not path.exists():
+  made_with, entries = Progress.read(row_dir / PROGRESS_FILE)
+  if made_with is None or not _same_settings(made_with, cache_size, dynamic_window,
+                                             grid_extensions):
     return None
-  saved = json_io.loads(path.read_text())
-  if not _same_settings(saved["made_with"], cache_size, dynamic_window, grid_extensions):
-    return None
-  entries = saved["entries"]
-  return {**saved["made_with"], **({"cache": entries["cache"]} if "cache" in entries else {}),
+  return {**made_with, **({"cache": entries["cache"]} if "cache" in entries else {}),
           "passes": sum(key != "cache" for key in entries)}
 
 
@@ -261,8 +266,9 @@ def edge_choices(results_of_row: dict) -> list[str]:
 
 def _edge_notes(rows: Sequence[dict]) -> list[str]:
   """testtime.md's notes on the rows' choices at the edges of their grids."""
-  edges = {r["name"]: edge_choices(_results_so_far(r)) for r in rows if _results_so_far(r)}
-  notes = [f"- `{name}`: {'; '.join(choices)}." for name, choices in edges.items() if choices]
+  found = {r["name"]: _results_so_far(r) for r in rows}
+  notes = [f"- `{name}`: {'; '.join(choices)}." for name, results_of_row in found.items()
+           if (choices := edge_choices(results_of_row))]
   return ["Chosen at an edge of the values searched (the best point may lie beyond it):", "",
           *notes, ""] if notes else []
 
