@@ -60,8 +60,7 @@ def step_seconds(shape_name: str, score: str, steps: int, repeats: int) -> dict:
   data = data_lib.load(data_config(shape.corpus))
   config = model_config(shape, score, len(data.vocab))
   side = throughput.JaxSide(config, models.init(jax.random.PRNGKey(0), config))
-  batches = throughput.JaxSide.device_batches(
-      throughput.measured_batches(data, steps)["padded"])
+  batches = side.device_batches(throughput.measured_batches(data, steps)["padded"])
   return {name: statistics.median(
       throughput.time_loop(run, batches, 2, jax.block_until_ready) for _ in range(repeats))
           / steps for name, run in (("train", side.train), ("eval", side.eval))}
