@@ -96,8 +96,8 @@ def dropout_mask(rng: jax.Array, rate: float, shape: Sequence[int]) -> jax.Array
 
   An element keeps when its random unsigned integer of `dropout_bytes(rate)` bytes is at
   least rate * 256**bytes. One 32-bit random word gives four such bytes, so at rate 0.5 a
-  mask draws a quarter of the words that one word per element would: on a CPU the random
-  words are most of dropout's cost."""
+  mask draws a quarter of the random words of `jax.random.bernoulli`, one per element
+  (`python -m benchmarks.dropout` times both)."""
   size, width = math.prod(shape), dropout_bytes(rate)
   words = jax.random.bits(rng, (-(-size * width // 4),), jnp.uint32)
   values = jax.lax.bitcast_convert_type(words, UNSIGNED_OF_BYTES[width]).reshape(-1)

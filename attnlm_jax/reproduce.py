@@ -260,8 +260,8 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "command": row_command(row, workdir), "status": NOT_STARTED, "params": None,
             "num_epochs": config.train.num_epochs if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
-            "ran_on": [], "epoch_seconds": {},
-            "fastest_epoch_seconds": {}, "paper": None, "differences": None}
+            "ran_on": [], "epoch_seconds": {}, "fastest_epoch_seconds": {}, "paper": None,
+            "differences": None}
   if row.note:
     record["note"] = row.note
   record.update(row_state(row, workdir))
@@ -346,9 +346,9 @@ def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
                                    "the median)"))
   timed = any(record["epoch_seconds"] for record in rows)
   return [*(f"- Trained on {place}: {', '.join(names)}." for place, names in places.items()),
-          *(["- An epoch's time is its steps, its validation and its saves. The fastest epoch is a row's cost on a "
-             "quiet machine; the median also counts epochs slowed by compiling or by other "
-             "work on the machine."] if timed else [])]
+          *(["- An epoch's time is its steps, its validation and its saves. The fastest "
+             "epoch is a row's cost on a quiet machine; the median also counts epochs slowed "
+             "by compiling or by other work on the machine."] if timed else [])]
 
 
 def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from attnlm_jax import nn
+from benchmarks import dropout
 
 
 @pytest.mark.parametrize("rate, width", [(0.5, 1), (0.25, 1), (0.0, 1), (1 / 1024, 2),
@@ -44,3 +45,14 @@ def test_a_mask_reads_one_byte_per_element_at_rate_one_half():
   expected = np.frombuffer(words.astype("<u4").tobytes(), np.uint8) >= 128
   mask = np.asarray(nn.dropout_mask(key, 0.5, (4, 6)))
   np.testing.assert_array_equal(mask > 0, expected.reshape(4, 6))
+
+
+def test_dropout_benchmark_times_both_masks_of_a_batch():
+  record = dropout.compare("ptb_small", batches=2, rounds=1)
+  assert record["rate"] == 0.5 and record["dropout_bytes"] == 1
+  assert record["elements"] == 32 * 35 * 200 * 3
+  assert set(record["ms_per_batch"]) == {"project", "bernoulli"}
+  assert all(value > 0 for value in record["ms_per_batch"].values())
+  assert record["bernoulli_over_project"] == pytest.approx(
+      record["ms_per_batch"]["bernoulli"] / record["ms_per_batch"]["project"], abs=1e-3)
+  assert all(abs(rate - 0.5) < 0.01 for rate in record["keep_rate"].values())

@@ -22,3 +22,9 @@ def test_every_flag_set_is_known_to_this_jaxlib():
 def test_unknown_flag_set_names_the_valid_ones():
   with pytest.raises(UserError, match="unknown bogus; choose from default"):
     xla_flags.compare(["default", "bogus"], rounds=1)
+
+
+def test_a_probe_times_the_training_and_evaluation_steps():
+  seconds = xla_flags.step_seconds("ptb_small", "single", steps=1, repeats=1)
+  assert set(seconds) == {"train", "eval"}
+  assert all(0 < value < 60 for value in seconds.values())
