@@ -2,30 +2,34 @@
 
     python -m benchmarks.dropout [--shape=ptb_medium --batches=30 --rounds=3]
 
-The masks one training step draws (`models._dropout`: for each of the batch's 32 rows, from
-`fold_in(rng, row)`, the embedding's [35, H], the [layers - 1, 35, H] between layers and the
-output's [35, H]) made in one jitted function by the project's `nn.dropout_mask` (a random
-byte per element at rate 0.5) and by what a JAX user writes, `jax.random.bernoulli` (one
-random word per element), each for `--batches` batches after a compiling call, the two
-alternating for `--rounds` rounds (medians count). It prints one JSON line: milliseconds of
-a batch's masks for each, their ratio, the keep rate each drew, the elements, the CPU model,
-the host CPUs and the command.
+The masks one training step draws, by the model's own `models._dropout` (for each of the
+batch's 32 rows, from `fold_in(rng, row)`, the embedding's [35, H], the [layers - 1, 35, H]
+between layers and the output's [35, H]), in one jitted function: once with the project's
+`nn.dropout_mask` (a random byte per element at rate 0.5) and once with it replaced by what
+a JAX user writes, `jax.random.bernoulli` (one random word per element). Each runs for
+`--batches` batches after a compiling call, the two alternating for `--rounds` rounds
+(medians count). It prints one JSON line: milliseconds of a batch's masks for each, their
+ratio, the keep rate each drew, the elements, the CPU model, the host CPUs and the command.
 """
 
+import dataclasses
 import json
 import statistics
 import sys
 import time
+from unittest import mock
 
 from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
 
+from attnlm_jax import models
 from attnlm_jax import nn
 from benchmarks import provenance
 from benchmarks.shapes import BATCH_SIZE
 from benchmarks.shapes import MAX_LEN
+from benchmarks.shapes import model_config
 from benchmarks.shapes import SHAPES
 
 FLAGS = flags.FLAGS
@@ -46,18 +50,13 @@ def bernoulli_mask(rng: jax.Array, rate: float, shape) -> jax.Array:
 MASKS = {"project": nn.dropout_mask, "bernoulli": bernoulli_mask}
 
 
-def batch_masks(mask_fn, hidden: int, layers: int, rate: float):
-  """A jitted function of a key: one training batch's masks drawn with `mask_fn`."""
-
-  def masks(rng):
-    def row(index):
-      embed, between, output = jax.random.split(jax.random.fold_in(rng, index), 3)
-      return (mask_fn(embed, rate, (MAX_LEN, hidden)),
-              mask_fn(between, rate, (layers - 1, MAX_LEN, hidden)),
-              mask_fn(output, rate, (MAX_LEN, hidden)))
-    return jax.vmap(row)(jnp.arange(BATCH_SIZE))
-
-  return jax.jit(masks)
+def batch_masks(mask_fn, config):
+  """A compiled function of a key: one training batch's masks (`models._dropout` for the
+  model `config`) with `nn.dropout_mask` replaced by `mask_fn` while it compiles."""
+  masks = jax.jit(lambda rng: models._dropout(  # pylint: disable=protected-access
+      rng, config, jnp.arange(BATCH_SIZE), MAX_LEN, config.hidden_size))
+  with mock.patch.object(nn, "dropout_mask", mask_fn):
+    return masks.lower(jax.random.key(0)).compile()
 
 
 def seconds_per_batch(fn, batches: int) -> float:
@@ -73,9 +72,9 @@ def compare(shape_name: str, batches: int, rounds: int) -> dict:
   """Both mask functions, alternating round by round (see the module docstring)."""
   shape = SHAPES[shape_name]
   rate = shape.dropout or 0.5   # A shape trained without dropout: the papers' rate.
-  fns = {name: batch_masks(fn, shape.hidden_size, shape.num_layers, rate)
-         for name, fn in MASKS.items()}
-  keep = {name: float(jnp.mean(fn(jax.random.key(batches))[0] > 0))   # Compiles each.
+  config = model_config(dataclasses.replace(shape, dropout=rate), "none", vocab_size=2)
+  fns = {name: batch_masks(fn, config) for name, fn in MASKS.items()}
+  keep = {name: float(jnp.mean(fn(jax.random.key(batches)).embed > 0))
           for name, fn in fns.items()}
   seconds = {name: [] for name in fns}
   for _ in range(rounds):

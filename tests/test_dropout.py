@@ -56,3 +56,5 @@ def test_dropout_benchmark_times_both_masks_of_a_batch():
   assert record["bernoulli_over_project"] == pytest.approx(
       record["ms_per_batch"]["bernoulli"] / record["ms_per_batch"]["project"], abs=1e-3)
   assert all(abs(rate - 0.5) < 0.01 for rate in record["keep_rate"].values())
+  # Each side drew its own masks (the replaced `nn.dropout_mask` took effect).
+  assert record["keep_rate"]["project"] != record["keep_rate"]["bernoulli"]
