@@ -229,42 +229,34 @@ def _generate(model) -> None:
   print(" ".join(FLAGS.prompt.split() + words))
 
 
-def run(mode: str) -> None:
-  """Runs one mode with the parsed flags."""
+def run(mode: str):
+  """Runs one mode with the parsed flags: its summary, printed by `main` as one JSON line, or
+  None for the modes that write their own output (score, generate)."""
   config = _config()
   if mode in ("reproduce", "testtime") and not FLAGS.table:
     raise errors.UserError(f"--mode={mode} needs --table=NAME (docs/reproduce.md lists the "
                            "tables)")
   if mode == "testtime":
-    print(json_io.dumps(testtime.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
-                                  cache_size=FLAGS.cache or testtime.CACHE_SIZE,
-                                  dynamic_window=FLAGS.dynamic_window,
-                                  grid_extensions=FLAGS.grid_extensions)))
-    return
+    return testtime.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
+                        cache_size=FLAGS.cache or testtime.CACHE_SIZE,
+                        dynamic_window=FLAGS.dynamic_window,
+                        grid_extensions=FLAGS.grid_extensions)
   if mode == "rescore":
-    print(json_io.dumps(rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
-                                   FLAGS.lm_weight, FLAGS.word_penalty, config)))
-    return
+    return rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
+                         FLAGS.lm_weight, FLAGS.word_penalty, config)
   if mode == "reproduce":
-    print(json_io.dumps(reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
-                                   dry_run=FLAGS.dry_run, pages_only=FLAGS.pages_only)))
-    return
+    return reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows, dry_run=FLAGS.dry_run,
+                         pages_only=FLAGS.pages_only)
   if mode in ("train", "train_tagger"):
     if config is None:
       raise errors.UserError(f"--mode={mode} needs --config=configs/NAME.py")
-    if mode == "train":
-      print(json_io.dumps(train.summary(train.train_and_evaluate(config, FLAGS.workdir),
-                                     FLAGS.workdir)))
-    else:
-      tagger.train_tagger(config, FLAGS.workdir)
-    return
+    if mode == "train_tagger":
+      return tagger.train_tagger(config, FLAGS.workdir)
+    return train.summary(train.train_and_evaluate(config, FLAGS.workdir), FLAGS.workdir)
   if mode == "analyze":
-    summary = analysis.run(config, FLAGS.workdirs or [FLAGS.workdir],
-                           epath.Path(FLAGS.workdir) / analysis.ANALYSIS_DIR,
-                           sentences=FLAGS.sentences, split=FLAGS.split,
-                           probe_files=FLAGS.probes)
-    print(json_io.dumps(summary))
-    return
+    return analysis.run(config, FLAGS.workdirs or [FLAGS.workdir],
+                        epath.Path(FLAGS.workdir) / analysis.ANALYSIS_DIR,
+                        sentences=FLAGS.sentences, split=FLAGS.split, probe_files=FLAGS.probes)
   if mode == "evaluate" and FLAGS.cache and FLAGS.dynamic:
     raise errors.UserError("--cache and --dynamic are two methods: give one of them")
   if mode == "evaluate" and FLAGS.workdirs:
@@ -273,24 +265,22 @@ def run(mode: str) -> None:
     if config is not None:
       raise errors.UserError("--config cannot be combined with --workdirs: each run is "
                              "evaluated with the config.json of its workdir")
-    print(json_io.dumps(ensemble.interpolate(FLAGS.workdirs, FLAGS.split, FLAGS.weights or None)))
-    return
+    return ensemble.interpolate(FLAGS.workdirs, FLAGS.split, FLAGS.weights or None)
   model = evaluate.load(FLAGS.workdir, config)
   if mode == "evaluate" and FLAGS.cache:
-    print(json_io.dumps(cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
-                                          FLAGS.cache_lambda, FLAGS.grid_extensions,
-                                          FLAGS.cache_states)))
-  elif mode == "evaluate" and FLAGS.dynamic:
-    print(json_io.dumps(dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic,
-                                                 FLAGS.dynamic_lr, FLAGS.dynamic_decay,
-                                                 FLAGS.dynamic_window,
-                                                 FLAGS.grid_extensions)))
-  elif mode == "evaluate":
-    print(json_io.dumps(evaluate.evaluate(model, FLAGS.split)))
-  elif mode == "score":
+    return cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
+                                FLAGS.cache_lambda, FLAGS.grid_extensions, FLAGS.cache_states)
+  if mode == "evaluate" and FLAGS.dynamic:
+    return dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic, FLAGS.dynamic_lr,
+                                       FLAGS.dynamic_decay, FLAGS.dynamic_window,
+                                       FLAGS.grid_extensions)
+  if mode == "evaluate":
+    return evaluate.evaluate(model, FLAGS.split)
+  if mode == "score":
     _score(model)
   else:
     _generate(model)
+  return None
 
 
 def main(argv: list[str]) -> None:
@@ -302,7 +292,9 @@ def main(argv: list[str]) -> None:
   _resolve_paths()
   try:
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-    run(FLAGS.mode)
+    summary = run(FLAGS.mode)
+    if summary is not None:
+      print(json_io.dumps(summary))
   except errors.UserError as e:
     _fail(e)
   except preemption.Stopped as e:  # Saved: one line, and the signal's conventional status.

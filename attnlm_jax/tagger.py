@@ -462,5 +462,4 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
       "test_tokens": sum(len(w) for w, _ in test),
   }
   save(tagger, workdir, metrics)
-  print(json.dumps(metrics), flush=True)
   return metrics

@@ -36,14 +36,15 @@ which `dropout` is the difference to the same step with dropout 0), everything e
 does between steps (`host_between_steps`: data, transfers, logging), `saves` (one checkpoint
 timed, times the saves of an epoch) and `validation`. The step timings run in every round
 right after the loop's (medians of the rounds, as for the loop; `dropout` is the median of
-the rounds' differences), so the parts add up to the epoch; a difference within the timing noise (a few percent of the step) can come out slightly negative,
-which says the part is too small to measure.
+the rounds' differences), so the parts add up to the epoch; a difference within the timing
+noise (a few percent of the step) can come out slightly negative, which says the part is too
+small to measure.
 
 `--example_recipe` sets pytorch/examples' word_language_model defaults on the config: a
 2 x 200 tied LSTM, dropout 0.2, stream protocol, BPTT 35, batch 20, lr 20, clip 0.25.
 
-It prints one JSON line (with the command that gave it); `--nopeer` times the JAX side alone (e.g. two processes side by
-side, one per core, against one on both: docs/training.md).
+It prints one JSON line (with the command that gave it); `--nopeer` times the JAX side alone
+(e.g. two processes side by side, one per core, against one on both: docs/training.md).
 """
 
 import importlib.util

@@ -42,7 +42,8 @@ FLAG_SETS = {
     "xnnpack": "--xla_cpu_use_xnnpack=true",
     "fast_math": "--xla_cpu_enable_fast_math=true",
     "vector_width_512": "--xla_cpu_prefer_vector_width=512",
-    "ynn_individual_dots": "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
+    "ynn_individual_dots":
+        "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
     "eigen_dots": "--xla_cpu_experimental_ynn_fusion_type=",
 }
 

@@ -52,7 +52,8 @@ def test_zero_is_a_bound_and_a_step_from_zero_is_arithmetic():
   below = grid_search.search(towards(-1.0), {"decay": [0.0, 0.01]})
   assert values(below, "decay") == [0.0, 0.01]                  # 0 is a bound, not an edge
   above = grid_search.search(towards(0.025), {"decay": [0.0, 0.01]})
-  assert values(above, "decay") == [0.0, 0.01, 0.02, 0.04]      # 2 x 0.01 - 0, then 0.02 ** 2 / 0.01
+  # 2 x 0.01 - 0, then 0.02 ** 2 / 0.01
+  assert values(above, "decay") == [0.0, 0.01, 0.02, 0.04]
 
 
 def test_an_axis_stops_at_its_upper_bound():

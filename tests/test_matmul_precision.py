@@ -67,7 +67,8 @@ def test_every_matmul_of_the_tagger_runs_at_full_precision():
   params = tagger.init(jax.random.key(0), config, num_words=30, num_suffixes=20, num_tags=5)
   batch = {"words": jnp.ones((2, 5), jnp.int32), "tags": jnp.ones((2, 5), jnp.int32),
            "suffixes": jnp.ones((2, 5, num_features), jnp.int32)}
-  grad = jax.grad(lambda p: tagger._loss(p, config, batch, jax.random.key(1)))  # pylint: disable=protected-access
+  loss = tagger._loss  # pylint: disable=protected-access
+  grad = jax.grad(lambda p: loss(p, config, batch, jax.random.key(1)))
   precisions = dot_precisions(jax.make_jaxpr(grad)(params).jaxpr)
   assert precisions and all(p == (jax.lax.Precision.HIGHEST,) * 2 for p in precisions)
 

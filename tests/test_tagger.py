@@ -1,6 +1,9 @@
 """The left-to-right POS tagger: normalisation, no look-ahead, learning, the tag cache."""
 
+import json
 import runpy
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -139,6 +142,28 @@ def test_tagging_a_corpus_is_cached_and_aligned_with_the_lm_sentences(trained):
   path.write_text("DT NN VBD CD NN\nPRP VBD NNS\n")      # the cache is what is read back
   again = tagger_lib.tag_corpus(workdir, "ptb", "valid", sentences)
   assert [tagger.tags[i] for i in again[1]] == ["PRP", "VBD", "NNS", vocab_lib.EOS]
+
+
+def test_the_command_line_ends_with_the_saved_accuracy(shared_data, tmp_path):
+  """--mode=train_tagger (docs/training.md) prints its accuracy as the last JSON line, the
+  metrics saved with the tagger."""
+  data = tmp_path / "conll"
+  data.mkdir()
+  conll_slice(shared_data / "pos" / "conll2000" / "train.txt", data / "train.txt", 60)
+  conll_slice(shared_data / "pos" / "conll2000" / "test.txt", data / "test.txt", 20)
+  workdir = tmp_path / "tagger"
+  done = subprocess.run(
+      [sys.executable, "-m", "attnlm_jax.main", "--mode=train_tagger",
+       "--config=configs/tagger.py", f"--workdir={workdir}", f"--config.data.data_dir={data}",
+       "--config.data.treebank_dir=", "--config.model.hidden_size=8",
+       "--config.train.num_epochs=1"],
+      cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  lines = done.stdout.splitlines()
+  assert json.loads(lines[0])["epoch"] == 1
+  last = json.loads(lines[-1])
+  assert last == json.loads((workdir / "tagger.json").read_text())["metrics"]
+  assert 0.0 < last["test_accuracy"] <= 1.0
 
 
 def test_missing_tagger_is_a_one_line_error(tmp_path):
