@@ -363,7 +363,8 @@ def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:
 
 
 def _epoch_section(summary: dict) -> list[str]:
-  """results.md's table of validation perplexity per epoch beside the reference row's."""
+  """results.md's table of validation perplexity per epoch beside the reference row's (and,
+  with a tolerance, whether each row stays within it)."""
   reference, rows = summary["reference"], summary["rows"]
   differences = summary["epoch_differences"]
   columns = [dict(r["valid_curve"]) for r in rows] + [dict(d) for d in differences.values()]
@@ -372,13 +373,13 @@ def _epoch_section(summary: dict) -> list[str]:
   epochs = sorted(set().union(*columns))
   lines = [[str(epoch), *(fmt(c[epoch]) if epoch in c else "-"
                           for c, fmt in zip(columns, formats))] for epoch in epochs]
-  tolerance = summary["tolerance"]
+  tolerance = summary.get("tolerance")
   verdicts = [f"- `{name}`: " + ("within" if d and all(abs(x) <= tolerance for _, x in d)
                                  else "not within" if d else "no epoch yet to compare")
               + f" {tolerance:g}% of `{reference}` at every epoch it has run."
-              for name, d in differences.items()]
+              for name, d in differences.items()] if tolerance is not None else []
   return ["", f"Validation perplexity after every epoch, and its difference to `{reference}`:",
-          "", results.markdown_table(headers, lines), "", *verdicts]
+          "", results.markdown_table(headers, lines), *([""] + verdicts if verdicts else [])]
 
 
 def format_markdown(summary: dict) -> str:

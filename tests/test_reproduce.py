@@ -477,3 +477,20 @@ def test_epoch_differences_by_hand():
   page = "\n".join(reproduce._epoch_section(  # pylint: disable=protected-access
       {"reference": "a", "rows": rows, "epoch_differences": differences, "tolerance": 0.5}))
   assert "- `b`: not within 0.5% of `a`" in page
+  page = "\n".join(reproduce._epoch_section(  # pylint: disable=protected-access
+      {"reference": "a", "rows": rows, "epoch_differences": differences, "tolerance": None}))
+  assert "| 2 | 100.0 | 99.0 | - | -1.00% | - |" in page and "within" not in page
+
+
+@pytest.mark.parametrize("name", ["salton_ptb", "ptb_cpu"])
+def test_the_attention_tables_compare_every_epoch_with_the_baseline(name):
+  """Their pages (the runner's own, test_committed_pages_...) set each row's validation
+  perplexity beside `none`'s, epoch by epoch, with no verdict."""
+  committed = tiny_config.COMMITTED_RESULTS / name
+  summary = json.loads((committed / reproduce.RESULTS_JSON).read_text())
+  page = (committed / reproduce.RESULTS_MD).read_text()
+  assert summary["reference"] == "none" and summary["tolerance"] is None
+  curves = {r["name"]: dict(r["valid_curve"]) for r in summary["rows"]}
+  proj, none = curves["proj"][1], curves["none"][1]
+  assert f"| {100 * (proj - none) / none:+.2f}% |" in page
+  assert "its difference to `none`:" in page and "within" not in page
