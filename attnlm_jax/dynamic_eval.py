@@ -199,11 +199,14 @@ class DynamicEvaluator:
     DIVERGENCE_CHECK_EVERY windows) that finds it sure to diverge: a log-probability not
     finite, or an NLL so far (log-probabilities are never positive, so it only grows) above
     DIVERGED_MEAN_NLL nats per token of the whole stream. Its perplexity is infinite either
-    way (`perplexities`)."""
+    way (`perplexities`). Its log line also names the first check whose windows scored worse
+    than a uniform guess over the vocabulary (a mean NLL above log V): where the adapted
+    model broke, often well before the pass is sure to diverge."""
     params = jax.tree.map(jnp.asarray, self.model.params)
     anchor = models.trainable(params)
     carry = self._initial_carry(1)
-    scored, checked, nll = [], 0, 0.0
+    uniform_nll = np.log(self.model.config.model.vocab_size)
+    scored, checked, nll, broke_by = [], 0, 0.0, None
     description = ("static" if rule is None else
                    f"dynamic evaluation, lr {learning_rate:g}, decay {decay:g}")
     with logging_utils.progress_bar(description, total=len(windows), unit=" windows") as bar:
@@ -217,11 +220,17 @@ class DynamicEvaluator:
         scored.append((window, log_probs))
         bar.update()
         if index % DIVERGENCE_CHECK_EVERY == 0 and index < len(windows):
-          nll -= sum(float(np.asarray(found).sum()) for _, found in scored[checked:])
+          group = [(w, np.asarray(found)) for w, found in scored[checked:]]
+          group_nll = -sum(float(found.sum()) for _, found in group)
+          group_tokens = sum(int(w.batch["lengths"].sum()) for w, _ in group)
+          if broke_by is None and not group_nll <= uniform_nll * group_tokens:
+            broke_by = index
+          nll += group_nll
           checked = len(scored)
           if not nll <= DIVERGED_MEAN_NLL * num_tokens:  # NaN included
-            logging.info("%s diverged by window %d of %d: the pass ends there", description,
-                         index, len(windows))
+            logging.info("%s diverged by window %d of %d (scoring worse than a uniform guess "
+                         "over the vocabulary by window %d): the pass ends there",
+                         description, index, len(windows), broke_by)
             break
     result = np.full(num_tokens, np.nan)
     for window, log_probs in scored:

@@ -3,6 +3,7 @@ their causality, the command line and the page of a table (`--mode=testtime`).""
 
 import itertools
 import json
+import logging
 import math
 import re
 import shutil
@@ -247,16 +248,28 @@ def test_a_windows_padding_in_time_changes_no_log_prob(model):
   np.testing.assert_allclose(found[1], found[16], atol=1e-5)
 
 
-def test_a_pass_sure_to_diverge_ends_early_and_still_counts_as_diverged(model, monkeypatch):
+def test_a_pass_sure_to_diverge_ends_early_and_still_counts_as_diverged(model, monkeypatch,
+                                                                          caplog):
   evaluator = dynamic_eval.DynamicEvaluator(model)
   rule, tokens = evaluator.rule("sgd"), evaluator.data.split("valid").tokens
   adapt, steps = evaluator._adapt, []
   monkeypatch.setattr(evaluator, "_adapt", lambda *args: steps.append(1) or adapt(*args))
-  ended = evaluator.split_log_probs("valid", rule, 10.0, 0.0)
+  with caplog.at_level(logging.INFO):
+    ended = evaluator.split_log_probs("valid", rule, 10.0, 0.0)
   assert len(steps) % dynamic_eval.DIVERGENCE_CHECK_EVERY == 0
   assert len(steps) < len(evaluator.windows("valid")) / 10
   scored = ~np.isnan(ended)
   assert scored[0] and not scored[-1]
+  # The log names where the adapted model first scored worse than a uniform guess: the first
+  # check whose windows' mean NLL is above log V, found here from the log-probs themselves.
+  every = dynamic_eval.DIVERGENCE_CHECK_EVERY
+  window_of = np.concatenate([np.full(int(w.batch["lengths"].sum()), i)
+                              for i, w in enumerate(evaluator.windows("valid"))])
+  group_nll = [-ended[window_of // every == g].mean() for g in range(len(steps) // every)]
+  broke = every * (1 + next(g for g, x in enumerate(group_nll)
+                            if not x <= np.log(model.config.model.vocab_size)))
+  assert (f"diverged by window {len(steps)} of {len(evaluator.windows('valid'))} (scoring "
+          f"worse than a uniform guess over the vocabulary by window {broke})") in caplog.text
   monkeypatch.setattr(dynamic_eval, "DIVERGENCE_CHECK_EVERY", 10**9)   # the whole pass
   whole = evaluator.split_log_probs("valid", rule, 10.0, 0.0)
   assert len(steps) > len(evaluator.windows("valid"))
