@@ -373,7 +373,7 @@ def _epoch_section(summary: dict) -> list[str]:
   epochs = sorted(set().union(*columns))
   lines = [[str(epoch), *(fmt(c[epoch]) if epoch in c else "-"
                           for c, fmt in zip(columns, formats))] for epoch in epochs]
-  tolerance = summary.get("tolerance")
+  tolerance = summary["tolerance"]
   verdicts = [f"- `{name}`: " + ("within" if d and all(abs(x) <= tolerance for _, x in d)
                                  else "not within" if d else "no epoch yet to compare")
               + f" {tolerance:g}% of `{reference}` at every epoch it has run."
