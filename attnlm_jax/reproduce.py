@@ -21,6 +21,7 @@ it trains nothing and rewrites the three files from what `workdir` holds (rows s
 training shown running): the pages of a table whose runs go on elsewhere.
 """
 
+import collections
 import dataclasses
 import datetime
 import functools
@@ -258,7 +259,8 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "config": f"configs/{row.config}" if row.config else None,
             "overrides": dict(row.overrides), "model": _config_text(row),
             "command": row_command(row, workdir), "status": NOT_STARTED, "params": None,
-            "num_epochs": config.train.num_epochs if config else None, "epochs_run": None,
+            "num_epochs": config.train.num_epochs if config else None,
+            "learning_rate": config.train.learning_rate if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
             "ran_on": [], "epoch_seconds": {}, "fastest_epoch_seconds": {}, "paper": None,
             "differences": None}
@@ -331,6 +333,19 @@ def _running_note(record: dict) -> str:
   return note + "."
 
 
+def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
+  """results.md's notes on the rows whose first learning rate is not the one most rows start
+  at (a row's config may lower it where the table's rate does not train it; none when all
+  rows agree or the rows predate the record)."""
+  rates = [r.get("learning_rate") for r in rows if r.get("learning_rate") is not None]
+  if len(set(rates)) < 2:
+    return []
+  usual = collections.Counter(rates).most_common(1)[0][0]
+  return [f"- `{r['name']}` starts at learning rate {r['learning_rate']} (its config; the "
+          f"other rows at {usual})." for r in rows
+          if r.get("learning_rate") not in (None, usual)]
+
+
 def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
   """results.md's notes on where the rows trained: one line per place, naming its rows, each
   with its fastest and median seconds of an epoch there when known (the rows whose logs do
@@ -392,6 +407,7 @@ def format_markdown(summary: dict) -> str:
   notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
            "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
   notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
+  notes += _learning_rate_notes(summary["rows"])
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
   notes += _ran_on_notes(summary["rows"])
   return "\n".join([

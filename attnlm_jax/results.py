@@ -133,16 +133,26 @@ def model_key(model_config) -> str:
   return model_config["score"] + tags
 
 
+# The place of an epoch that trained partly in one place and partly in another.
+SPLIT = "split between two places"
+
+
 def _seconds_by_epoch(records: Sequence[dict]) -> dict[int, tuple[Optional[str], float]]:
   """{epoch: (place, training seconds)} of each validated epoch whose seconds the log gives:
   the difference of its cumulative `train_seconds` and the epoch before's (the last record of
-  each epoch, as in the curve), with the place (`ran_on`) of the start record before it."""
-  place, ends = None, {}
+  each epoch, as in the curve), with the place (`ran_on`) it trained in; `SPLIT` for an
+  epoch split between two places (resumed mid-epoch elsewhere), whose time is neither's."""
+  place, places, last_end_step, ends = None, set(), 0, {}
   for record in records:
     if record.get("event") == "start":
       place = ran_on(record)
+      if record.get("step") == last_end_step:  # nothing of this epoch ran before the resume
+        places = set()
+      places.add(place)
     elif "valid_perplexity" in record:
-      ends[record["epoch"]] = (place, record.get("train_seconds"))
+      ends[record["epoch"]] = (place if len(places) == 1 else SPLIT,
+                               record.get("train_seconds"))
+      places, last_end_step = {place}, record["step"]
   seconds = {}
   for epoch, (where, total) in sorted(ends.items()):
     before = 0.0 if epoch == 1 else ends.get(epoch - 1, (None, None))[1]
@@ -155,10 +165,10 @@ def _epoch_seconds(seconds_by_epoch: Mapping[int, tuple[Optional[str], float]],
                    statistic: Callable[[list[float]], float]) -> dict[str, float]:
   """`statistic` (`statistics.median`, `min`) of the training seconds of a run's epochs in
   each place it trained, {`ran_on`: seconds} in the order first met (`_seconds_by_epoch`;
-  epochs of an unknown place left out)."""
+  epochs of an unknown place or split between two left out)."""
   seconds = {}
   for where, value in seconds_by_epoch.values():
-    if where is not None:
+    if where not in (None, SPLIT):
       seconds.setdefault(where, []).append(value)
   return {where: statistic(values) for where, values in seconds.items()}
 
@@ -194,7 +204,8 @@ def read_run(workdir) -> dict:
      "best_valid_perplexity" (the lowest of the curve, standard rule; None before the first
      epoch) and "last_epoch_seconds" (the training seconds of the last epoch validated: the
      difference of its cumulative `train_seconds` and the epoch before's; None before the
-     first epoch or when the log does not record them), "ran_on" (where its sessions
+     first epoch, when the log does not record them or the epoch was split between two
+     places), "ran_on" (where its sessions
      trained, `ran_on` of each start record that says, without repeats: [] for logs from
      before 2026-11-25), "epoch_seconds" (the median training seconds of an epoch in each
      of those places, `_epoch_seconds`) and "fastest_epoch_seconds" (the fewest: the cost
@@ -227,7 +238,7 @@ def read_run(workdir) -> dict:
           "num_epochs": train.get("num_epochs"), "patience": train.get("patience"),
           "valid_curve": curve,
           "epochs_run": len(curve), "best_valid_perplexity": best[1],
-          "last_epoch_seconds": last_epoch[1] if last_epoch else None,
+          "last_epoch_seconds": last_epoch[1] if last_epoch and last_epoch[0] != SPLIT else None,
           "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts)))),
           "epoch_seconds": _epoch_seconds(seconds_by_epoch, statistics.median),
           "fastest_epoch_seconds": _epoch_seconds(seconds_by_epoch, min)}

@@ -111,10 +111,20 @@ def _numbers(value) -> set[str]:
   return set()
 
 
+def _written(path) -> set[str]:
+  """The numbers of a committed results file: a JSON file, or a run's JSON-lines log."""
+  text = path.read_text()
+  records = [json.loads(line) for line in text.splitlines()] if path.suffix == ".jsonl" else [
+      json.loads(text)]
+  return _numbers(records)
+
+
 def test_the_results_section_quotes_only_numbers_the_committed_runs_wrote():
+  """Every one-decimal number of the README's results is one a committed run wrote: in a
+  table's pages (results.json, testtime.json) or a run's own log (metrics.jsonl, probes)."""
   section = README.read_text().split("## Reproduced results", 1)[1].split("\n## ", 1)[0]
-  written = set().union(*(_numbers(json.loads(path.read_text())) for path in
-                          tiny_config.REPO.glob("docs/results/**/*.json")))
+  written = set().union(*(_written(path) for pattern in ("**/*.json", "**/*.jsonl")
+                          for path in (tiny_config.REPO / "docs" / "results").glob(pattern)))
   quoted = set(re.findall(r"-?\d+\.\d\b", section))
   assert quoted and quoted <= written, sorted(quoted - written)
 

@@ -494,3 +494,27 @@ def test_the_attention_tables_compare_every_epoch_with_the_baseline(name):
   proj, none = curves["proj"][1], curves["none"][1]
   assert f"| {100 * (proj - none) / none:+.2f}% |" in page
   assert "its difference to `none`:" in page and "within" not in page
+
+
+def test_learning_rate_notes_by_hand():
+  notes = reproduce._learning_rate_notes  # pylint: disable=protected-access
+  rows = [{"name": "a", "learning_rate": 1.0}, {"name": "b", "learning_rate": 1.0},
+          {"name": "c", "learning_rate": 0.25}, {"name": "d"}]
+  assert notes(rows) == [
+      "- `c` starts at learning rate 0.25 (its config; the other rows at 1.0)."]
+  assert notes(rows[:2] + rows[3:]) == []
+
+
+@pytest.mark.parametrize("name,row", [("salton_ptb", "average"), ("ptb_cpu", "conv1x1")])
+def test_a_row_that_starts_at_another_learning_rate_says_so_on_its_page(name, row, tmp_path):
+  """Its config lowers the table's first learning rate (docs/reproduce.md says why); the
+  committed page (the runner's own, test_committed_pages_...) names the row and its rate."""
+  summary = json.loads((tiny_config.COMMITTED_RESULTS / name / reproduce.RESULTS_JSON)
+                       .read_text())
+  rates = {r["name"]: r["learning_rate"] for r in summary["rows"]}
+  config = reproduce.row_config(
+      next(r for r in tables.TABLES[name].rows if r.name == row), tmp_path)
+  assert rates.pop(row) == config.train.learning_rate == 0.5
+  assert set(rates.values()) == {1.0}
+  page = (tiny_config.COMMITTED_RESULTS / name / reproduce.RESULTS_MD).read_text()
+  assert f"- `{row}` starts at learning rate 0.5 (its config; the other rows at 1.0).\n" in page
