@@ -21,7 +21,6 @@ it trains nothing and rewrites the three files from what `workdir` holds (rows s
 training shown running): the pages of a table whose runs go on elsewhere.
 """
 
-import collections
 import dataclasses
 import datetime
 import functools
@@ -44,6 +43,7 @@ from attnlm_jax import logging_utils
 from attnlm_jax import models
 from attnlm_jax import preemption
 from attnlm_jax import results
+from attnlm_jax import table_page
 from attnlm_jax import tables
 from attnlm_jax import tagger
 from attnlm_jax import train
@@ -55,9 +55,6 @@ INTERPOLATION_FILE = "interpolation.json"  # An interpolation row's result, in i
 TAGGER_FILE = "tagger.json"                # Written by `tagger.save`.
 SPLITS = ("valid", "test")
 
-FINISHED = "finished"
-NOT_STARTED = "not started"
-RUNNING = "running"  # Started, not finished: a status "running: epoch k of n".
 CORPUS_NOT_FOUND = "corpus not found"
 
 # Config keys that may differ between a row and its saved config.json: where the files are,
@@ -199,15 +196,15 @@ def _training_state(row_dir: epath.Path) -> dict:
   """Status, parameter count, epochs and final perplexities of a training row; a running
   row's best epoch so far, with its "best_valid_perplexity" and "last_epoch_seconds"."""
   if not (row_dir / logging_utils.METRICS_FILE).exists():
-    return {"status": NOT_STARTED}
+    return {"status": table_page.NOT_STARTED}
   run = results.read_run(row_dir)
-  state = {"status": FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
+  state = {"status": table_page.FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
            "epochs_run": run["epochs_run"], "valid_curve": run["valid_curve"],
            "ran_on": run["ran_on"], "epoch_seconds": run["epoch_seconds"],
            "fastest_epoch_seconds": run["fastest_epoch_seconds"],
            **{key: run[key] for key in results.RUN_KEYS}}
   if not run["finished"]:
-    state.update(status=f"{RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
+    state.update(status=f"{table_page.RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
                  best_valid_perplexity=run["best_valid_perplexity"],
                  last_epoch_seconds=run["last_epoch_seconds"],
                  patience_ends=_patience_ends(run))
@@ -227,18 +224,18 @@ def _patience_ends(run: dict) -> Optional[int]:
 def _tagger_state(row_dir: epath.Path) -> dict:
   """Status, parameter count and test accuracy of a tagger row."""
   if not (row_dir / TAGGER_FILE).exists():
-    return {"status": NOT_STARTED}
+    return {"status": table_page.NOT_STARTED}
   metrics = json.loads((row_dir / TAGGER_FILE).read_text())["metrics"]
-  return {"status": FINISHED, "params": metrics["num_params"],
+  return {"status": table_page.FINISHED, "params": metrics["num_params"],
           "test_accuracy": metrics["test_accuracy"]}
 
 
 def _interpolation_state(row_dir: epath.Path) -> dict:
   """Status and perplexities of an interpolation row."""
   if not (row_dir / INTERPOLATION_FILE).exists():
-    return {"status": NOT_STARTED}
+    return {"status": table_page.NOT_STARTED}
   mixture = json.loads((row_dir / INTERPOLATION_FILE).read_text())
-  return {"status": FINISHED, "weights": mixture["test"]["weights"],
+  return {"status": table_page.FINISHED, "weights": mixture["test"]["weights"],
           **{f"{split}_{key}": mixture[split][key] for split in SPLITS
              for key in ("perplexity", "perplexity_paper_convention")}}
 
@@ -248,8 +245,8 @@ _STATE_READERS = {tables.TRAIN: _training_state, tables.TAGGER: _tagger_state,
 
 
 def row_state(row: tables.Row, workdir: epath.Path) -> dict:
-  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED or "running: epoch k of n",
-  ...}."""
+  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED or "running: epoch k of n"
+  (the statuses of `table_page`), ...}."""
   return _STATE_READERS[row.kind](workdir / row.name)
 
 
@@ -258,7 +255,7 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
   record = {"name": row.name, "kind": row.kind,
             "config": f"configs/{row.config}" if row.config else None,
             "overrides": dict(row.overrides), "model": _config_text(row),
-            "command": row_command(row, workdir), "status": NOT_STARTED, "params": None,
+            "command": row_command(row, workdir), "status": table_page.NOT_STARTED, "params": None,
             "num_epochs": config.train.num_epochs if config else None,
             "learning_rate": config.train.learning_rate if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
@@ -277,150 +274,6 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
 # --------------------------------------------------------------------------- results files
 
 
-def _count(value: Optional[int]) -> str:
-  """A count with thousands separators, "-" for None."""
-  return "-" if value is None else f"{value:,}"
-
-
-def _difference_cell(difference: Optional[dict]) -> str:
-  """"+1.2 (+1.7%)", or "-"."""
-  if not difference:
-    return "-"
-  return f"{difference['difference']:+.1f} ({difference['percent']:+.1f}%)"
-
-
-def _is_running(record: dict) -> bool:
-  """True for a row that has started and not finished."""
-  return record["status"].startswith(RUNNING)
-
-
-def _markdown_cells(record: dict) -> list[str]:
-  """One results.md line of a row: a running row shows its epochs done of the most (and its
-  best epoch so far) and, as `valid`, its best validation perplexity so far."""
-  number = results.format_number
-  perplexities = [number(record[key]) for key in results.RUN_KEYS]
-  if record["status"] == NOT_STARTED:
-    epochs = "not run"
-  elif _is_running(record):
-    best = f" (best {record['best_epoch']})" if record["best_epoch"] else ""
-    epochs = f"{RUNNING}: {record['epochs_run']} of {_count(record['num_epochs'])}{best}"
-    if record["best_valid_perplexity"] is not None:
-      perplexities[0] = f"{number(record['best_valid_perplexity'])} (so far)"
-  elif record["epochs_run"] is None:
-    epochs = "-"
-  else:
-    epochs = f"{record['epochs_run']} ({record['best_epoch']})"
-  paper, differences = record["paper"], record["differences"] or {}
-  return [record["name"], record["model"], _count(record["params"]), epochs, *perplexities,
-          f"{number(paper['valid'])} / {number(paper['test'])}" if paper else "-",
-          f"{paper['paper']}, {paper['convention']}" if paper else "-",
-          _difference_cell(differences.get("valid")), _difference_cell(differences.get("test"))]
-
-
-def _running_note(record: dict) -> str:
-  """results.md's note on a running row: epochs done, best so far, last epoch's time."""
-  note = (f"- `{record['name']}` is still training: {record['epochs_run']} of "
-          f"{_count(record['num_epochs'])} epochs done")
-  if record["best_valid_perplexity"] is not None:
-    note += (f", best valid perplexity so far "
-             f"{results.format_number(record['best_valid_perplexity'])} "
-             f"(epoch {record['best_epoch']})")
-  if record["last_epoch_seconds"] is not None:
-    note += f", last epoch {record['last_epoch_seconds']:,.1f} s"
-  if record.get("patience_ends") is not None:  # Pages written before the key lack it.
-    note += (f"; early stopping ends it after epoch {record['patience_ends']} unless an "
-             f"epoch before then improves on epoch {record['best_epoch']}")
-  return note + "."
-
-
-def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
-  """results.md's notes on the rows whose first learning rate is not the one most rows start
-  at (a row's config may lower it where the table's rate does not train it; none when all
-  rows agree or the rows predate the record)."""
-  rates = [r.get("learning_rate") for r in rows if r.get("learning_rate") is not None]
-  if len(set(rates)) < 2:
-    return []
-  usual = collections.Counter(rates).most_common(1)[0][0]
-  return [f"- `{r['name']}` starts at learning rate {r['learning_rate']} (its config; the "
-          f"other rows at {usual})." for r in rows
-          if r.get("learning_rate") not in (None, usual)]
-
-
-def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
-  """results.md's notes on where the rows trained: one line per place, naming its rows, each
-  with its fastest and median seconds of an epoch there when known (the rows whose logs do
-  not say where are left out), and what the two times mean."""
-  places = {}
-  for record in rows:
-    for place in record["ran_on"]:
-      fastest, median = (record[key].get(place)
-                         for key in ("fastest_epoch_seconds", "epoch_seconds"))
-      places.setdefault(place, []).append(
-          f"`{record['name']}`" + ("" if fastest is None else
-                                   f" ({fastest:,.1f} s its fastest epoch, {median:,.1f} s "
-                                   "the median)"))
-  timed = any(record["epoch_seconds"] for record in rows)
-  return [*(f"- Trained on {place}: {', '.join(names)}." for place, names in places.items()),
-          *(["- An epoch's time is its steps, its validation and its saves. The fastest "
-             "epoch is a row's cost on a quiet machine; the median also counts epochs slowed "
-             "by compiling or by other work on the machine."] if timed else [])]
-
-
-def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:
-  """Each row's validation perplexity at every epoch relative to the `reference` row's, in
-  percent ((row - reference) / reference x 100), for the epochs both have run:
-  {row: [[epoch, percent], ...]} from the rows' `valid_curve`s ([[epoch, perplexity], ...])."""
-  curves = {r["name"]: dict(r["valid_curve"]) for r in rows}
-  base = curves[reference]
-  return {name: [[epoch, round(100 * (p - base[epoch]) / base[epoch], 3)]
-                 for epoch, p in curve.items() if epoch in base]
-          for name, curve in curves.items() if name != reference}
-
-
-def _epoch_section(summary: dict) -> list[str]:
-  """results.md's table of validation perplexity per epoch beside the reference row's (and,
-  with a tolerance, whether each row stays within it)."""
-  reference, rows = summary["reference"], summary["rows"]
-  differences = summary["epoch_differences"]
-  columns = [dict(r["valid_curve"]) for r in rows] + [dict(d) for d in differences.values()]
-  formats = [results.format_number] * len(rows) + [lambda x: f"{x:+.2f}%"] * len(differences)
-  headers = ("epoch", *(r["name"] for r in rows), *(f"{n} vs {reference}" for n in differences))
-  epochs = sorted(set().union(*columns))
-  lines = [[str(epoch), *(fmt(c[epoch]) if epoch in c else "-"
-                          for c, fmt in zip(columns, formats))] for epoch in epochs]
-  tolerance = summary["tolerance"]
-  verdicts = [f"- `{name}`: " + ("within" if d and all(abs(x) <= tolerance for _, x in d)
-                                 else "not within" if d else "no epoch yet to compare")
-              + f" {tolerance:g}% of `{reference}` at every epoch it has run."
-              for name, d in differences.items()] if tolerance is not None else []
-  return ["", f"Validation perplexity after every epoch, and its difference to `{reference}`:",
-          "", results.markdown_table(headers, lines), *([""] + verdicts if verdicts else [])]
-
-
-def format_markdown(summary: dict) -> str:
-  """results.md of a results.json dict."""
-  headers = ("row", "model / config", "params", "epochs (best)", "valid", "test",
-             "valid (paper conv.)", "test (paper conv.)", "printed valid / test",
-             "printed by, perplexity rule", "difference valid", "difference test")
-  table = results.markdown_table(
-      headers, [_markdown_cells(record) for record in summary["rows"]])
-  notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
-           "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
-  notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
-  notes += _learning_rate_notes(summary["rows"])
-  notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
-  notes += _ran_on_notes(summary["rows"])
-  return "\n".join([
-      f"# Table `{summary['table']}`: {summary['title']}", "",
-      f"Reproduce with `{summary['command']}` (results of {summary['date']}).", "", table, "",
-      "`valid` and `test` predict every token; `(paper conv.)` is the released code's rule "
-      "(a sentence's first word not predicted but counted). A difference is the run's "
-      "perplexity under the printed number's rule (the standard one when the paper does not "
-      "say) minus the printed one, and its percentage of the printed one. Epochs: run "
-      "(best); the best epoch's parameters are evaluated.", *([""] + notes if notes else []),
-      *(_epoch_section(summary) if summary.get("reference") else []), ""])
-
-
 def write_results(name: str, workdir: epath.Path, configs: Mapping[str, Any],
                   command: str) -> dict:
   """Writes results.json, results.md and curves.png of table `name` into `workdir`.
@@ -435,10 +288,10 @@ def write_results(name: str, workdir: epath.Path, configs: Mapping[str, Any],
              "rows": [row_record(row, workdir, configs[row.name]) for row in table.rows]}
   if table.reference:
     summary.update(reference=table.reference, tolerance=table.tolerance,
-                   epoch_differences=epoch_differences(summary["rows"], table.reference))
+                   epoch_differences=table_page.epoch_differences(summary["rows"], table.reference))
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / RESULTS_JSON).write_text(json.dumps(summary, indent=1) + "\n")
-  (workdir / RESULTS_MD).write_text(format_markdown(summary))
+  (workdir / RESULTS_MD).write_text(table_page.format_markdown(summary))
   results.plot_valid_curves({r["name"]: r["valid_curve"] for r in summary["rows"]},
                             workdir / CURVES_PNG,
                             f"{name}: validation perplexity per epoch")
@@ -528,10 +381,11 @@ def format_plan(name: str, workdir: epath.Path, plan: Sequence[dict]) -> str:
   """The plan as an aligned text table and each row's command."""
   headers = ("row", "kind", "epochs", "tokens/epoch", "total tokens", "params", "status",
              "printed valid / test")
-  lines = [(p["name"], p["kind"], _count(p["epochs"]),
+  lines = [(p["name"], p["kind"], table_page.count(p["epochs"]),
             CORPUS_NOT_FOUND if p["note"].startswith(CORPUS_NOT_FOUND)
-            else _count(p["tokens_per_epoch"]),
-            _count(p["total_tokens"]), _count(p["params"]), p["status"], p["printed"])
+            else table_page.count(p["tokens_per_epoch"]),
+            table_page.count(p["total_tokens"]), table_page.count(p["params"]), p["status"],
+            p["printed"])
            for p in plan]
   widths = [max(len(line[i]) for line in [headers, *lines]) for i in range(len(headers))]
   text = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
@@ -599,12 +453,12 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
   trained, summary = [], None
   for index, row in enumerate([] if pages_only else selected, 1):
     status = row_state(row, workdir)["status"]
-    if status == FINISHED:
+    if status == table_page.FINISHED:
       logging.info("%s: row %s (%d of %d) finished, skipped", table, row.name, index,
                    len(selected))
       continue
     logging.info("%s: row %s (%d of %d) %s", table, row.name, index, len(selected),
-                 "starting" if status == NOT_STARTED else f"resuming ({status})")
+                 "starting" if status == table_page.NOT_STARTED else f"resuming ({status})")
     try:
       _run_row(row, workdir, configs[row.name])
     except preemption.Stopped:

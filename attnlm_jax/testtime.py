@@ -38,6 +38,7 @@ from attnlm_jax import grid_search
 from attnlm_jax import json_io
 from attnlm_jax import reproduce
 from attnlm_jax import results
+from attnlm_jax import table_page
 from attnlm_jax import tables
 
 CACHE_SIZE = 2000        # The cache size of a page unless --cache gives one.
@@ -216,7 +217,7 @@ def _missing_cell(record: dict) -> str:
   if "in_progress" in record:
     passes = record["in_progress"]["passes"]
     return f"evaluating ({passes} pass{'es' if passes != 1 else ''} made)"
-  return "not evaluated" if record["status"] == reproduce.FINISHED else record["status"]
+  return "not evaluated" if record["status"] == table_page.FINISHED else record["status"]
 
 
 def _hyperparameters(record: dict) -> list[str]:
@@ -359,7 +360,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
       continue
     state = reproduce.row_state(row, workdir)
     found = _saved(workdir / row.name, cache_size, dynamic_window, grid_extensions)
-    if found is None and row.name in selected and state["status"] == reproduce.FINISHED:
+    if found is None and row.name in selected and state["status"] == table_page.FINISHED:
       logging.info("testtime: row %s", row.name)
       found = row_results(workdir / row.name, cache_size, dynamic_window, grid_extensions)
       (workdir / row.name / ROW_FILE).write_text(json_io.dumps(found, indent=1) + "\n")

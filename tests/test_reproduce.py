@@ -18,6 +18,7 @@ from attnlm_jax import preemption
 from attnlm_jax import reproduce
 from attnlm_jax import results
 from attnlm_jax import schedules
+from attnlm_jax import table_page
 from attnlm_jax import tables
 from attnlm_jax import train
 import tiny_config
@@ -468,16 +469,16 @@ def test_epoch_differences_by_hand():
   rows = [{"name": "a", "valid_curve": [[1, 200.0], [2, 100.0]]},
           {"name": "b", "valid_curve": [[1, 202.0], [2, 99.0], [3, 90.0]]},
           {"name": "c", "valid_curve": []}]
-  differences = reproduce.epoch_differences(rows, "a")
+  differences = table_page.epoch_differences(rows, "a")
   assert differences == {"b": [[1, 1.0], [2, -1.0]], "c": []}
-  page = "\n".join(reproduce._epoch_section(  # pylint: disable=protected-access
+  page = "\n".join(table_page._epoch_section(  # pylint: disable=protected-access
       {"reference": "a", "rows": rows, "epoch_differences": differences, "tolerance": 1.0}))
   assert "| 3 | - | 90.0 | - | - | - |" in page
   assert "- `b`: within 1% of `a`" in page and "- `c`: no epoch yet" in page
-  page = "\n".join(reproduce._epoch_section(  # pylint: disable=protected-access
+  page = "\n".join(table_page._epoch_section(  # pylint: disable=protected-access
       {"reference": "a", "rows": rows, "epoch_differences": differences, "tolerance": 0.5}))
   assert "- `b`: not within 0.5% of `a`" in page
-  page = "\n".join(reproduce._epoch_section(  # pylint: disable=protected-access
+  page = "\n".join(table_page._epoch_section(  # pylint: disable=protected-access
       {"reference": "a", "rows": rows, "epoch_differences": differences, "tolerance": None}))
   assert "| 2 | 100.0 | 99.0 | - | -1.00% | - |" in page and "within" not in page
 
@@ -497,7 +498,7 @@ def test_the_attention_tables_compare_every_epoch_with_the_baseline(name):
 
 
 def test_learning_rate_notes_by_hand():
-  notes = reproduce._learning_rate_notes  # pylint: disable=protected-access
+  notes = table_page._learning_rate_notes  # pylint: disable=protected-access
   rows = [{"name": "a", "learning_rate": 1.0}, {"name": "b", "learning_rate": 1.0},
           {"name": "c", "learning_rate": 0.25}, {"name": "d"}]
   assert notes(rows) == [
