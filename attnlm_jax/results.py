@@ -205,12 +205,11 @@ def read_run(workdir) -> dict:
      epoch) and "last_epoch_seconds" (the training seconds of the last epoch validated: the
      difference of its cumulative `train_seconds` and the epoch before's; None before the
      first epoch, when the log does not record them or the epoch was split between two
-     places), "ran_on" (where its sessions
-     trained, `ran_on` of each start record that says, without repeats: [] for logs from
-     before 2026-11-25), "epoch_seconds" (the median training seconds of an epoch in each
-     of those places, `_epoch_seconds`) and "fastest_epoch_seconds" (the fewest: the cost
-     of an epoch on a quiet machine, where the median also counts epochs slowed by
-     compiling or by other work on the machine)}.
+     places), "ran_on" (where its sessions trained, `ran_on` of each start record that
+     says, without repeats: [] for logs from before 2026-11-25), "epoch_seconds" (the
+     median training seconds of an epoch in each of those places, `_epoch_seconds`) and
+     "fastest_epoch_seconds" (the fewest: the cost of an epoch on a quiet machine, where the
+     median also counts epochs slowed by compiling or by other work on the machine)}.
   """
   workdir = epath.Path(str(workdir))
   path = workdir / logging_utils.METRICS_FILE
