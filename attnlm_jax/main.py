@@ -67,7 +67,7 @@ flags.DEFINE_enum("mode", "train",
                   "docs/testtime.md).")
 flags.DEFINE_enum("split", "valid", ["train", "valid", "test"], "Split to evaluate.")
 flags.DEFINE_string("input", None, "score: text file, one sentence per line; rescore: the "
-                    "n-best file.")
+                    "n-best file, or a Kaldi n-best directory (docs/testtime.md).")
 flags.DEFINE_string("output", None, "score, rescore: JSON-lines output file (default: stdout; "
                     "its directory is created).")
 flags.DEFINE_string("prompt", "", "generate: words to continue.")
@@ -118,10 +118,14 @@ flags.DEFINE_integer("grid_extensions", grid_search.EXTENSIONS, "evaluate --cach
                      "testtime: steps each grid search may take past an edge its best point "
                      "lies on (0: the grid alone; docs/testtime.md).", lower_bound=0)
 flags.DEFINE_string("references", None, "rescore: reference file, 'utterance-id<TAB>text' "
-                    "per line; prints the word error rate before and after.")
+                    "(or Kaldi's 'utterance-id text') per line; prints the word error rate "
+                    "before and after.")
 flags.DEFINE_string("lm_weight", "1.0", "rescore: weight of log p_LM, or 'auto' (the weight "
                     "with the lowest word error rate on --references).")
 flags.DEFINE_float("word_penalty", 0.0, "rescore: weight of each hypothesis's word count.")
+flags.DEFINE_float("acoustic_scale", rescoring.ACOUSTIC_SCALE, "rescore, a Kaldi n-best "
+                   "directory as --input: the first-pass score is -(acoustic_scale * ac_cost "
+                   "+ lm_cost).", lower_bound=0)
 flags.DEFINE_string("coordinator_address", None, "Multi-process runs started by hand: "
                     "HOST:PORT of process 0, with --num_processes and --process_id (on Cloud "
                     "TPU, Slurm or Open MPI leave the three unset: they are detected).")
@@ -243,7 +247,7 @@ def run(mode: str):
                         grid_extensions=FLAGS.grid_extensions)
   if mode == "rescore":
     return rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
-                         FLAGS.lm_weight, FLAGS.word_penalty, config)
+                         FLAGS.lm_weight, FLAGS.word_penalty, config, FLAGS.acoustic_scale)
   if mode == "reproduce":
     return reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows, dry_run=FLAGS.dry_run,
                          pages_only=FLAGS.pages_only)

@@ -9,16 +9,22 @@ where log p_LM(h) is the natural-log probability of its words and the closing `<
 domain, higher is better (negate costs first). Each list is re-ranked by the combined score,
 best first (ties keep the input order).
 
-Input formats (a file's format is that of its first non-blank line):
+Input formats (a file's format is that of its first non-blank line; a directory is Kaldi's):
 - tab-separated: `utterance-id<TAB>first-pass score<TAB>hypothesis text`;
 - Moses: `id ||| hypothesis text ||| feature scores ||| total score` (more ` ||| ` fields
-  are kept in `fields` but not read).
-A hypothesis needs at least one word. References: `utterance-id<TAB>reference text`, one
-per utterance. The word error rate of a set of utterances is the summed word-level edit
-distance (Levenshtein: substitutions, insertions, deletions) of their top hypotheses to
-their references over the summed reference length. With `lm_weight="auto"` the weight is
-the one of LM_WEIGHTS with the lowest word error rate after rescoring on the given
-references (ties: the smallest), i.e. chosen on this input as a development set.
+  are kept in `fields` but not read);
+- Kaldi: a directory of the files `nbest-to-linear` writes, the words mapped back to text
+  (`utils/int2sym.pl -f 2-`): `text` (`utterance-N hypothesis text`, the N-th hypothesis of
+  the utterance), `ac_cost` and `lm_cost` (`utterance-N cost`, negated log-likelihoods);
+  the first-pass score is -(acoustic_scale * ac_cost + lm_cost), and `fields` keeps the two
+  costs.
+A hypothesis needs at least one word. References: `utterance-id<TAB>reference text`, one per
+utterance (or Kaldi's `text`, the id and the words separated by a space). The word error
+rate of a set of utterances is the summed word-level edit distance (Levenshtein:
+substitutions, insertions, deletions) of their top hypotheses to their references over the
+summed reference length. With `lm_weight="auto"` the weight is the one of LM_WEIGHTS with
+the lowest word error rate after rescoring on the given references (ties: the smallest),
+i.e. chosen on this input as a development set.
 """
 
 import dataclasses
@@ -33,11 +39,15 @@ import numpy as np
 from attnlm_jax import evaluate
 from attnlm_jax.errors import UserError
 
-TAB, MOSES = "tab", "moses"
+TAB, MOSES, KALDI = "tab", "moses", "kaldi"
 MOSES_SEPARATOR = "|||"
+KALDI_TEXT, KALDI_COSTS = "text", ("ac_cost", "lm_cost")
 AUTO = "auto"
 # The LM weights tried by lm_weight="auto".
 LM_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(21))
+# The weight of a Kaldi hypothesis's acoustic cost in its first-pass score (Kaldi's usual
+# decoding acoustic scale).
+ACOUSTIC_SCALE = 0.1
 
 
 class RescoringError(UserError):
@@ -51,7 +61,7 @@ class Hypothesis:
   text: str
   first_pass: float
   line: int                       # 1-based line number in the file
-  fields: tuple[str, ...] = ()    # Moses: the feature scores and any further fields
+  fields: tuple[str, ...] = ()    # Moses: feature scores and further fields; Kaldi: costs
 
   @property
   def words(self) -> list[str]:
@@ -111,6 +121,74 @@ def parse_nbest(lines: Sequence[str], name: str) -> tuple[list[Hypothesis], str]
   return hypotheses, file_format
 
 
+def _kaldi_utterance(hypothesis_id: str, where: str) -> str:
+  """The utterance of a Kaldi hypothesis id `utterance-N` (N = 1, 2, ...)."""
+  utterance, _, rank = hypothesis_id.rpartition("-")
+  if not utterance or not rank.isdigit() or int(rank) < 1:
+    raise RescoringError(f"{where}: hypothesis id {hypothesis_id!r} is not Kaldi's "
+                         "'utterance-N' (N = 1, 2, ...)")
+  return utterance
+
+
+def _kaldi_costs(lines: Sequence[str], name: str, ids: Sequence[str]) -> dict[str, str]:
+  """{hypothesis id: its cost's text} of a Kaldi cost file, one `utterance-N cost` line for
+  each id of `ids` and no other."""
+  costs, known = {}, set(ids)
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    where, fields = f"{name}:{number}", line.split()
+    if len(fields) != 2:
+      raise RescoringError(f"{where}: expected 'utterance-N cost', got {len(fields)} fields")
+    if fields[0] not in known:
+      raise RescoringError(f"{where}: {fields[0]!r} is not a hypothesis of the n-best text")
+    _number(fields[1], where)
+    costs[fields[0]] = fields[1]
+  missing = [i for i in ids if i not in costs]
+  if missing:
+    raise RescoringError(f"{name} has no cost for {missing[0]!r}"
+                         + (f" and {len(missing) - 1} more hypotheses" if len(missing) > 1
+                            else ""))
+  return costs
+
+
+def parse_kaldi(directory: epath.Path, acoustic_scale: float) -> list[Hypothesis]:
+  """The hypotheses of a Kaldi n-best directory (`text`, `ac_cost`, `lm_cost`), each with the
+  first-pass score -(acoustic_scale * ac_cost + lm_cost) and its two costs as `fields`.
+
+  Raises RescoringError, naming the file and the line, for a missing file, an id that is not
+  `utterance-N`, a repeated id, a hypothesis without words, a cost that is not a finite
+  number, or a hypothesis without both costs.
+  """
+  paths = {name: directory / name for name in (KALDI_TEXT, *KALDI_COSTS)}
+  for path in paths.values():
+    if not path.is_file():
+      raise RescoringError(f"{path} not found: a Kaldi n-best directory holds "
+                           f"{', '.join(paths)} (nbest-to-linear's outputs, the words as text)")
+  hypotheses = {}  # id -> (utterance, text, line number)
+  for number, line in enumerate(paths[KALDI_TEXT].read_text().splitlines(), 1):
+    if not line.strip():
+      continue
+    where = f"{paths[KALDI_TEXT]}:{number}"
+    hypothesis_id, *words = line.split()
+    utterance = _kaldi_utterance(hypothesis_id, where)
+    if hypothesis_id in hypotheses:
+      raise RescoringError(f"{where}: hypothesis {hypothesis_id!r} repeats line "
+                           f"{hypotheses[hypothesis_id][2]}")
+    if not words:
+      raise RescoringError(f"{where}: the hypothesis of {utterance!r} has no words")
+    hypotheses[hypothesis_id] = (utterance, " ".join(words), number)
+  if not hypotheses:
+    raise RescoringError(f"{paths[KALDI_TEXT]} is empty: give one 'utterance-N words' line "
+                         "per hypothesis")
+  ac_cost, lm_cost = (
+      _kaldi_costs(paths[name].read_text().splitlines(), str(paths[name]), list(hypotheses))
+      for name in KALDI_COSTS)
+  return [Hypothesis(utterance, text, -(acoustic_scale * float(ac_cost[i]) + float(lm_cost[i])),
+                     number, (ac_cost[i], lm_cost[i]))
+          for i, (utterance, text, number) in hypotheses.items()]
+
+
 def parse_references(lines: Sequence[str], name: str,
                      utterances: Iterable[str]) -> dict[str, list[str]]:
   """{utterance id: reference words} of a reference file's lines.
@@ -124,10 +202,11 @@ def parse_references(lines: Sequence[str], name: str,
     if not line.strip():
       continue
     where = f"{name}:{number}"
-    fields = line.rstrip("\r\n").split("\t")
+    line = line.rstrip("\r\n")
+    fields = line.split("\t") if "\t" in line else line.split(None, 1)
     if len(fields) != 2 or not fields[0].strip():
-      raise RescoringError(f"{where}: expected 2 tab-separated fields "
-                           f"'utterance-id<TAB>reference text', got {len(fields)}")
+      raise RescoringError(f"{where}: expected 'utterance-id<TAB>reference text' (or "
+                           f"Kaldi's 'utterance-id text'), got {len(fields)} fields")
     utterance = fields[0].strip()
     if utterance in seen:
       raise RescoringError(f"{where}: utterance {utterance!r} already has a reference "
@@ -269,21 +348,24 @@ def _lm_weight(text: str, has_references: bool) -> Optional[float]:
 
 def run(workdir, nbest_path, references_path: Optional[str] = None,
         output: Optional[str] = None, lm_weight: str = "1.0", word_penalty: float = 0.0,
-        config=None) -> dict:
+        config=None, acoustic_scale: float = ACOUSTIC_SCALE) -> dict:
   """`--mode=rescore`: reads the n-best file (and references), scores every hypothesis with
   the model of `workdir`, writes the re-ranked lists as JSON lines to `output` (stdout
   when None) and returns the summary.
 
   Args:
     workdir: the training workdir of the LM (`evaluate.load`, with `config` if given).
-    nbest_path: the n-best file.
+    nbest_path: the n-best file, or a Kaldi n-best directory (`parse_kaldi`).
     references_path: the reference file, or None.
     output: the JSON-lines file, or None for stdout.
     lm_weight: a number >= 0, or "auto" (needs references).
     word_penalty: the weight of the word count |h| (negative: a penalty per word).
+    config: the LM's config (`evaluate.load`), or None for its saved one.
+    acoustic_scale: Kaldi input: the weight of the acoustic cost in the first-pass score.
 
   Returns:
-    {"input", "format", "output", "lists", "hypotheses", "lm_weight", "word_penalty",
+    {"input", "format", "output", "lists", "hypotheses", "acoustic_scale" (Kaldi input
+     only), "lm_weight", "word_penalty",
      "lm_weight_grid" ([{"lm_weight", "wer"}] with "auto", else []), "references",
      "wer_before", "wer_after" (None without references), "step"}.
   """
@@ -291,7 +373,10 @@ def run(workdir, nbest_path, references_path: Optional[str] = None,
     raise RescoringError("--mode=rescore needs --input=NBEST (docs/testtime.md gives the "
                          "formats)")
   nbest_path = epath.Path(nbest_path)
-  hypotheses, file_format = parse_nbest(_read_lines(nbest_path, "--input"), str(nbest_path))
+  if nbest_path.is_dir():
+    hypotheses, file_format = parse_kaldi(nbest_path, acoustic_scale), KALDI
+  else:
+    hypotheses, file_format = parse_nbest(_read_lines(nbest_path, "--input"), str(nbest_path))
   references = None
   if references_path is not None:
     references = parse_references(_read_lines(epath.Path(references_path), "--references"),
@@ -309,4 +394,6 @@ def run(workdir, nbest_path, references_path: Optional[str] = None,
     sys.stdout.writelines(records)
   return {"input": str(nbest_path), "format": file_format,
           "output": str(output) if output else None, "lists": len(lists),
-          "hypotheses": len(hypotheses), **summary, "step": model.step}
+          "hypotheses": len(hypotheses),
+          **({"acoustic_scale": acoustic_scale} if file_format == KALDI else {}), **summary,
+          "step": model.step}

@@ -53,6 +53,60 @@ def test_both_formats_read_the_same_hypotheses():
   assert moses[0].fields == ("lm=1 tm=2",) and tab[0].fields == ()
 
 
+def _kaldi_dir(directory, text, ac_cost, lm_cost):
+  directory.mkdir()
+  for name, content in (("text", text), ("ac_cost", ac_cost), ("lm_cost", lm_cost)):
+    (directory / name).write_text(content)
+  return directory
+
+
+KALDI_TEXT = "u1-1 the cat sat\nu1-2 the cat sad\nu1-3 a cat sat down\nu2-1 hello world\n"
+KALDI_AC = "u1-1 80\nu1-2 70\nu1-3 95.5\nu2-1 30\n"
+KALDI_LM = "u1-1 2.0\nu1-2 2.5\nu1-3 1.45\nu2-1 1.0\n"
+
+
+def test_a_kaldi_directory_reads_as_its_first_pass_scores_by_hand(tmp_path):
+  directory = _kaldi_dir(tmp_path / "nbest", KALDI_TEXT, KALDI_AC, KALDI_LM)
+  hypotheses = rescoring.parse_kaldi(directory, acoustic_scale=0.1)
+  # -(0.1 ac + lm): -(8 + 2) = -10, -(7 + 2.5) = -9.5, -(9.55 + 1.45) = -11, -(3 + 1) = -4.
+  assert [(h.utterance, h.text, h.first_pass, h.line, h.fields) for h in hypotheses] == [
+      ("u1", "the cat sat", pytest.approx(-10.0), 1, ("80", "2.0")),
+      ("u1", "the cat sad", pytest.approx(-9.5), 2, ("70", "2.5")),
+      ("u1", "a cat sat down", pytest.approx(-11.0), 3, ("95.5", "1.45")),
+      ("u2", "hello world", pytest.approx(-4.0), 4, ("30", "1.0"))]
+  assert rescoring.parse_kaldi(directory, acoustic_scale=1.0)[0].first_pass == -82.0
+
+
+def test_kaldi_references_are_its_text_files_space_separated():
+  assert rescoring.parse_references(["u1 the cat sat", "u2\thello world"], "ref",
+                                    ["u1", "u2"]) == {"u1": ["the", "cat", "sat"],
+                                                      "u2": ["hello", "world"]}
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"lm_cost": None}, r"nbest/lm_cost not found: a Kaldi n-best directory holds text, "
+                        "ac_cost, lm_cost"),
+    ({"text": "u1 the cat\n"}, r"nbest/text:1: hypothesis id 'u1' is not Kaldi's "
+                               "'utterance-N'"),
+    ({"text": "u1-1 a b\nu1-1 a c\n"}, r"nbest/text:2: hypothesis 'u1-1' repeats line 1"),
+    ({"text": "u1-1\n"}, r"nbest/text:1: the hypothesis of 'u1' has no words"),
+    ({"ac_cost": "u1-1 80\nu1-2 x\n"}, r"nbest/ac_cost:2: first-pass score 'x' is not a"),
+    ({"lm_cost": "u1-1 2.0\n"}, r"nbest/lm_cost has no cost for 'u1-2' and 2 more "
+                                "hypotheses"),
+    ({"lm_cost": KALDI_LM + "u9-1 3.0\n"}, r"nbest/lm_cost:5: 'u9-1' is not a hypothesis "
+                                           "of the n-best text"),
+])
+def test_bad_kaldi_input_names_the_file_and_line(tmp_path, files, message):
+  contents = {"text": KALDI_TEXT, "ac_cost": KALDI_AC, "lm_cost": KALDI_LM, **files}
+  directory = _kaldi_dir(tmp_path / "nbest", *(contents[n] or "" for n in
+                                               ("text", "ac_cost", "lm_cost")))
+  for name, content in contents.items():
+    if content is None:
+      (directory / name).unlink()
+  with pytest.raises(rescoring.RescoringError, match=message):
+    rescoring.parse_kaldi(directory, acoustic_scale=0.1)
+
+
 def test_rescoring_reranks_as_computed_by_hand():
   hypotheses, _ = parse(NBEST)
   lists = rescoring.rerank(hypotheses, LOG_PROBS, lm_weight=0.5, word_penalty=1.0)
@@ -138,6 +192,26 @@ def test_run_writes_the_reranked_lists(model, tmp_path, monkeypatch):
   assert summary["wer_after"] == min(p["wer"] for p in summary["lm_weight_grid"])
 
 
+def test_run_reads_a_kaldi_directory_as_the_same_lists(model, tmp_path, monkeypatch):
+  """The Kaldi directory of the tab file's u1 and u2-1 rescores as the tab file does."""
+  monkeypatch.setattr(rescoring.evaluate, "load", lambda workdir, config=None: model)
+  tab = "".join(line + "\n" for line in NBEST.splitlines()[:4])
+  (tmp_path / "nbest.txt").write_text(tab)
+  directory = _kaldi_dir(tmp_path / "nbest", KALDI_TEXT, KALDI_AC, KALDI_LM)
+  outputs = {}
+  for name, source in (("tab", tmp_path / "nbest.txt"), ("kaldi", directory)):
+    summary = rescoring.run("unused", source, None, tmp_path / f"{name}.jsonl", "0.7", 0.5)
+    outputs[name] = [json.loads(line) for line in
+                     (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+    assert summary["format"] == name and summary["hypotheses"] == 4
+  assert summary["acoustic_scale"] == rescoring.ACOUSTIC_SCALE
+  strip = lambda r: (r["id"], r["rank"], r["text"], round(r["score"], 6))
+  assert list(map(strip, outputs["kaldi"])) == list(map(strip, outputs["tab"]))
+  assert {r["text"]: r["fields"] for r in outputs["kaldi"]} == {
+      "the cat sat": ["80", "2.0"], "the cat sad": ["70", "2.5"],
+      "a cat sat down": ["95.5", "1.45"], "hello world": ["30", "1.0"]}
+
+
 @pytest.mark.parametrize("text, message", [
     ("", "nbest.txt is empty"),
     ("u1\t-1.0\ta b\nu1\t-2.0\n", "nbest.txt:2: expected 3 tab-separated fields"),
@@ -166,3 +240,16 @@ def test_cli_bad_nbest_is_one_error_line(tmp_path):
   assert result.stderr.strip().splitlines() == [
       f"error: {tmp_path / 'nbest.txt'}:2: expected 3 tab-separated fields "
       "'utterance-id<TAB>score<TAB>text', got 4"]
+
+
+def test_cli_bad_kaldi_directory_is_one_error_line(tmp_path):
+  directory = _kaldi_dir(tmp_path / "nbest", KALDI_TEXT, KALDI_AC, KALDI_LM)
+  (directory / "lm_cost").unlink()
+  result = subprocess.run(
+      [sys.executable, "-m", "attnlm_jax.main", "--mode=rescore",
+       f"--workdir={tmp_path / 'no_run'}", f"--input={directory}"],
+      cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+      f"error: {directory / 'lm_cost'} not found: a Kaldi n-best directory holds text, "
+      "ac_cost, lm_cost (nbest-to-linear's outputs, the words as text)"]
