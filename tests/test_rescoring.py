@@ -230,12 +230,17 @@ def test_a_reference_without_hypotheses_names_the_file_and_line():
     rescoring.parse_references(["u1\ta b", "u3\tc d"], "ref.txt", ["u1", "u2"])
 
 
+def _cli_rescore(tmp_path, nbest) -> subprocess.CompletedProcess:
+  """`--mode=rescore --input=NBEST` of a workdir that does not exist (input is read first)."""
+  return subprocess.run(
+      [sys.executable, "-m", "attnlm_jax.main", "--mode=rescore",
+       f"--workdir={tmp_path / 'no_run'}", f"--input={nbest}"],
+      cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300)
+
+
 def test_cli_bad_nbest_is_one_error_line(tmp_path):
   (tmp_path / "nbest.txt").write_text("u1\t-1.0\ta b\nu1\t-2.0\ta b\textra\n")
-  result = subprocess.run(
-      [sys.executable, "-m", "attnlm_jax.main", "--mode=rescore",
-       f"--workdir={tmp_path / 'no_run'}", f"--input={tmp_path / 'nbest.txt'}"],
-      cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300)
+  result = _cli_rescore(tmp_path, tmp_path / "nbest.txt")
   assert result.returncode == 1
   assert result.stderr.strip().splitlines() == [
       f"error: {tmp_path / 'nbest.txt'}:2: expected 3 tab-separated fields "
@@ -245,10 +250,7 @@ def test_cli_bad_nbest_is_one_error_line(tmp_path):
 def test_cli_bad_kaldi_directory_is_one_error_line(tmp_path):
   directory = _kaldi_dir(tmp_path / "nbest", KALDI_TEXT, KALDI_AC, KALDI_LM)
   (directory / "lm_cost").unlink()
-  result = subprocess.run(
-      [sys.executable, "-m", "attnlm_jax.main", "--mode=rescore",
-       f"--workdir={tmp_path / 'no_run'}", f"--input={directory}"],
-      cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300)
+  result = _cli_rescore(tmp_path, directory)
   assert result.returncode == 1
   assert result.stderr.strip().splitlines() == [
       f"error: {directory / 'lm_cost'} not found: a Kaldi n-best directory holds text, "

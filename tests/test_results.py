@@ -70,20 +70,32 @@ def test_ran_on_lists_each_place_a_run_trained_once(tmp_path):
   assert results.ran_on(records[0]) is None
 
 
-def test_epoch_seconds_are_each_place_s_median_and_fastest_epoch(tmp_path):
-  config = {"data": {"corpus": "ptb"}, "train": {"num_epochs": 9},
-            "model": {"score": "none", "hidden_size": 8, "num_layers": 1}}
-  start = lambda step, **where: {"event": "start", "step": step, "num_params": 10,
-                                 "devices": 1, **where, "config": config}
-  epoch = lambda n, seconds: {"step": 10 * n, "epoch": n, "valid_perplexity": 50.0 - n,
-                              "train_seconds": seconds}
-  cpu, gpu = {"platform": "cpu", "host_cpus": 2}, {"platform": "gpu", "host_cpus": 16}
-  records = [start(0, **cpu), epoch(1, 10.0), epoch(2, 22.0),
-             start(15, **gpu), epoch(2, 21.0),    # epoch 2 again, part on each: left out
-             epoch(3, 25.0), epoch(4, 29.0), epoch(5, 32.0),
-             start(50, **cpu), epoch(7, 50.0)]    # no epoch 6 in the log: 7 is not timed
+# A timed log: a start record in a place (CPU or GPU) at a step, and epoch n ending at step
+# 10 n with its cumulative training seconds.
+_CPU, _GPU = {"platform": "cpu", "host_cpus": 2}, {"platform": "gpu", "host_cpus": 16}
+
+
+def _start(step: int, where: dict) -> dict:
+  return {"event": "start", "step": step, "num_params": 10, "devices": 1, **where,
+          "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 9},
+                     "model": {"score": "none", "hidden_size": 8, "num_layers": 1}}}
+
+
+def _epoch(n: int, seconds: float) -> dict:
+  return {"step": 10 * n, "epoch": n, "valid_perplexity": 50.0 - n, "train_seconds": seconds}
+
+
+def _read_log(tmp_path, records) -> dict:
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-  run = results.read_run(tmp_path)
+  return results.read_run(tmp_path)
+
+
+def test_epoch_seconds_are_each_place_s_median_and_fastest_epoch(tmp_path):
+  run = _read_log(tmp_path, [
+      _start(0, _CPU), _epoch(1, 10.0), _epoch(2, 22.0),
+      _start(15, _GPU), _epoch(2, 21.0),    # epoch 2 again, part on each: left out
+      _epoch(3, 25.0), _epoch(4, 29.0), _epoch(5, 32.0),
+      _start(50, _CPU), _epoch(7, 50.0)])   # no epoch 6 in the log: 7 is not timed
   assert run["epoch_seconds"] == {
       "gpu, 1 device, 16 host CPUs": 4.0,          # epochs 3 to 5: 4, 4, 3
       "cpu, 1 device, 2 host CPUs": 10.0}          # epoch 1 only
@@ -94,25 +106,16 @@ def test_epoch_seconds_are_each_place_s_median_and_fastest_epoch(tmp_path):
 def test_an_epoch_split_between_two_places_is_timed_in_neither(tmp_path):
   """A row moved from a GPU to a CPU mid-epoch: that epoch's seconds are part of each
   place's; an epoch resumed elsewhere exactly at its start belongs to the new place."""
-  config = {"data": {"corpus": "ptb"}, "train": {"num_epochs": 9},
-            "model": {"score": "none", "hidden_size": 8, "num_layers": 1}}
-  start = lambda step, **where: {"event": "start", "step": step, "num_params": 10,
-                                 "devices": 1, **where, "config": config}
-  epoch = lambda n, seconds: {"step": 10 * n, "epoch": n, "valid_perplexity": 50.0 - n,
-                              "train_seconds": seconds}
-  cpu, gpu = {"platform": "cpu", "host_cpus": 2}, {"platform": "gpu", "host_cpus": 16}
-  records = [start(0, **gpu), epoch(1, 10.0), epoch(2, 20.0),
-             start(25, **cpu), epoch(3, 100.0), epoch(4, 160.0),   # epoch 3: split
-             start(40, **gpu), epoch(5, 165.0)]                    # epoch 5: all on the GPU
-  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-  run = results.read_run(tmp_path)
+  records = [_start(0, _GPU), _epoch(1, 10.0), _epoch(2, 20.0),
+             _start(25, _CPU), _epoch(3, 100.0), _epoch(4, 160.0),   # epoch 3: split
+             _start(40, _GPU), _epoch(5, 165.0)]                     # epoch 5: all on the GPU
+  run = _read_log(tmp_path, records)
   assert run["fastest_epoch_seconds"] == {
       "gpu, 1 device, 16 host CPUs": 5.0, "cpu, 1 device, 2 host CPUs": 60.0}
   assert run["epoch_seconds"] == {
       "gpu, 1 device, 16 host CPUs": 10.0, "cpu, 1 device, 2 host CPUs": 60.0}
   assert run["last_epoch_seconds"] == 5.0
-  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:5]))
-  assert results.read_run(tmp_path)["last_epoch_seconds"] is None   # epoch 3: no one time
+  assert _read_log(tmp_path, records[:5])["last_epoch_seconds"] is None   # epoch 3: split
 
 
 @pytest.mark.parametrize("low, high, expected", [
