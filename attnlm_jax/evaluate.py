@@ -174,15 +174,18 @@ def _tagged(model: TrainedModel, text: data_lib.SplitText,
       [np.append(ids, data_lib.EOS_ID) for ids in tags]).astype(np.int32))
 
 
-def score(model: TrainedModel, lines: Sequence[str]) -> Iterator[dict]:
+def score(model: TrainedModel, lines: Sequence[str], *,
+          keep_blank: bool = False) -> Iterator[dict]:
   """Scores every non-blank line of text as one sentence (words split at whitespace).
 
+  keep_blank: score blank lines too, each as a sentence without words (only its `<eos>`):
+    an n-best list's empty hypothesis (`rescoring`).
   With POS-tag inputs, the lines are tagged by the model's left-to-right tagger first.
 
   Yields, in input order, one {"tokens": words then "<eos>" (unknown words as "<unk>"),
   "log_probs": natural-log probability of each token, "log_prob": their sum} per sentence.
   """
-  sentences = [tuple(line.split()) for line in lines if line.strip()]
+  sentences = [tuple(line.split()) for line in lines if keep_blank or line.strip()]
   text = data_lib.SplitText(sentences, [0] * len(sentences))
   stream = _tagged(model, text, pipeline.encode_split(text, model.vocab))
   log_probs = stream_log_probs(model, stream)

@@ -18,7 +18,8 @@ Input formats (a file's format is that of its first non-blank line; a directory 
   the utterance), `ac_cost` and `lm_cost` (`utterance-N cost`, negated log-likelihoods);
   the first-pass score is -(acoustic_scale * ac_cost + lm_cost), and `fields` keeps the two
   costs.
-A hypothesis needs at least one word. References: `utterance-id<TAB>reference text`, one per
+A hypothesis may have no words (the first pass heard nothing): log p_LM is then that of
+`<eos>` alone and |h| = 0. References: `utterance-id<TAB>reference text`, one per
 utterance (or Kaldi's `text`, the id and the words separated by a space). The word error
 rate of a set of utterances is the summed word-level edit distance (Levenshtein:
 substitutions, insertions, deletions) of their top hypotheses to their references over the
@@ -89,8 +90,8 @@ def parse_nbest(lines: Sequence[str], name: str) -> tuple[list[Hypothesis], str]
   """The hypotheses of an n-best file's lines and its format (TAB or MOSES).
 
   Blank lines are skipped. Raises RescoringError, naming `name` and the line, for a line
-  with too few fields, a score that is not a finite number, a hypothesis without words, or
-  no hypothesis at all.
+  with too few fields, a score that is not a finite number, an empty utterance id, or no
+  hypothesis at all.
   """
   numbered = [(number, line.rstrip("\r\n")) for number, line in enumerate(lines, 1)
               if line.strip()]
@@ -114,8 +115,6 @@ def parse_nbest(lines: Sequence[str], name: str) -> tuple[list[Hypothesis], str]
       (utterance, score, text), extra = fields, ()
     if not utterance.strip():
       raise RescoringError(f"{where}: the utterance id is empty")
-    if not text.split():
-      raise RescoringError(f"{where}: the hypothesis of {utterance.strip()!r} has no words")
     hypotheses.append(Hypothesis(utterance.strip(), " ".join(text.split()),
                                  _number(score, where), number, extra))
   return hypotheses, file_format
@@ -157,8 +156,8 @@ def parse_kaldi(directory: epath.Path, acoustic_scale: float) -> list[Hypothesis
   first-pass score -(acoustic_scale * ac_cost + lm_cost) and its two costs as `fields`.
 
   Raises RescoringError, naming the file and the line, for a missing file, an id that is not
-  `utterance-N`, a repeated id, a hypothesis without words, a cost that is not a finite
-  number, or a hypothesis without both costs.
+  `utterance-N`, a repeated id, a cost that is not a finite number, or a hypothesis
+  without both costs.
   """
   paths = {name: directory / name for name in (KALDI_TEXT, *KALDI_COSTS)}
   for path in paths.values():
@@ -175,8 +174,6 @@ def parse_kaldi(directory: epath.Path, acoustic_scale: float) -> list[Hypothesis
     if hypothesis_id in hypotheses:
       raise RescoringError(f"{where}: hypothesis {hypothesis_id!r} repeats line "
                            f"{hypotheses[hypothesis_id][2]}")
-    if not words:
-      raise RescoringError(f"{where}: the hypothesis of {utterance!r} has no words")
     hypotheses[hypothesis_id] = (utterance, " ".join(words), number)
   if not hypotheses:
     raise RescoringError(f"{paths[KALDI_TEXT]} is empty: give one 'utterance-N words' line "
@@ -191,7 +188,8 @@ def parse_kaldi(directory: epath.Path, acoustic_scale: float) -> list[Hypothesis
 
 def parse_references(lines: Sequence[str], name: str,
                      utterances: Iterable[str]) -> dict[str, list[str]]:
-  """{utterance id: reference words} of a reference file's lines.
+  """{utterance id: reference words} of a reference file's lines; a line with only an id
+  (`utterance-id<TAB>` or, as in Kaldi's `text`, the bare id) is an empty reference.
 
   Raises RescoringError, naming `name` and the line, for a line that is not
   'utterance-id<TAB>text', a repeated id, or an id with no hypotheses in `utterances`.
@@ -203,7 +201,10 @@ def parse_references(lines: Sequence[str], name: str,
       continue
     where = f"{name}:{number}"
     line = line.rstrip("\r\n")
-    fields = line.split("\t") if "\t" in line else line.split(None, 1)
+    if "\t" in line:
+      fields = line.split("\t")
+    else:  # Kaldi's `text`: the id, a space and the words, if any.
+      fields = (line.split(None, 1) + [""])[:2]
     if len(fields) != 2 or not fields[0].strip():
       raise RescoringError(f"{where}: expected 'utterance-id<TAB>reference text' (or "
                            f"Kaldi's 'utterance-id text'), got {len(fields)} fields")
@@ -223,10 +224,11 @@ def parse_references(lines: Sequence[str], name: str,
 
 
 def lm_log_probs(model: evaluate.TrainedModel, texts: Sequence[str]) -> dict[str, float]:
-  """{text: log p_LM(text)} (natural log, words and `<eos>`) by `evaluate.score`."""
+  """{text: log p_LM(text)} (natural log, words and `<eos>`; `<eos>` alone for an empty
+  text) by `evaluate.score`."""
   unique = list(dict.fromkeys(texts))
-  return {text: record["log_prob"] for text, record in zip(unique, evaluate.score(model,
-                                                                                  unique))}
+  records = evaluate.score(model, unique, keep_blank=True)
+  return {text: record["log_prob"] for text, record in zip(unique, records)}
 
 
 @dataclasses.dataclass(frozen=True)

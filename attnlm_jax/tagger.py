@@ -298,17 +298,20 @@ def _predict(params: dict, config: ml_collections.FrozenConfigDict, words: jax.A
 
 def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]],
             batch_size: int = 256) -> list[np.ndarray]:
-  """The predicted tag ids of each sentence's words (normalised first), left to right."""
-  encoded = _encode(tagger, [([normalize(w) for w in s], None) for s in sentences])
+  """The predicted tag ids of each sentence's words (normalised first), left to right; none
+  for a sentence without words."""
+  with_words = [i for i, sentence in enumerate(sentences) if len(sentence)]
+  encoded = _encode(tagger, [([normalize(w) for w in sentences[i]], None) for i in with_words])
   config = ml_collections.FrozenConfigDict(tagger.config)
-  result = []
+  result = [np.zeros(0, np.int32) for _ in sentences]
   with logging_utils.progress_bar("tagging", total=len(encoded), unit=" sentences") as bar:
     for start in range(0, len(encoded), batch_size):
       chunk = encoded[start:start + batch_size]
       batch = next(_batches(chunk, len(chunk), None))
       predicted = np.asarray(_predict(tagger.params, config, batch["words"],
                                       batch["suffixes"]))
-      result.extend(predicted[r, :len(row[0])].astype(np.int32) for r, row in enumerate(chunk))
+      for r, row in enumerate(chunk):
+        result[with_words[start + r]] = predicted[r, :len(row[0])].astype(np.int32)
       bar.update(len(chunk))
   return result
 

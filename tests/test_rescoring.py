@@ -83,13 +83,36 @@ def test_kaldi_references_are_its_text_files_space_separated():
                                                       "u2": ["hello", "world"]}
 
 
+def test_a_bare_id_is_an_empty_reference():
+  assert rescoring.parse_references(["u1", "u2\t", "u3 a"], "ref", ["u1", "u2", "u3"]) == {
+      "u1": [], "u2": [], "u3": ["a"]}
+
+
+def test_an_empty_hypothesis_is_read_in_every_format_and_ranked_by_hand(tmp_path):
+  """A first pass that heard nothing: no words, log p_LM of `<eos>` alone, no word bonus."""
+  tab, _ = parse("u1\t-1.0\t\nu1\t-3.0\tthe cat\n")
+  moses, _ = parse("u1 |||  ||| f=1 ||| -1.0\nu1 ||| the cat ||| f=2 ||| -3.0\n")
+  kaldi = rescoring.parse_kaldi(_kaldi_dir(tmp_path / "nbest", "u1-1\nu1-2 the cat\n",
+                                           "u1-1 0\nu1-2 0\n", "u1-1 1.0\nu1-2 3.0\n"),
+                                acoustic_scale=0.1)
+  for hypotheses in (tab, moses, kaldi):
+    assert [(h.text, h.words, h.first_pass) for h in hypotheses] == [
+        ("", [], -1.0), ("the cat", ["the", "cat"], -3.0)]
+    log_probs = {"": -1.0, "the cat": -0.5}
+    # word penalty 1: "" -1 - 1 + 0 = -2, "the cat" -3 - 0.5 + 2 = -1.5; penalty 0: -2, -3.5.
+    assert [(s.hypothesis.text, s.score) for s in rescoring.rerank(
+        hypotheses, log_probs, lm_weight=1.0, word_penalty=1.0)["u1"]] == [
+            ("the cat", -1.5), ("", -2.0)]
+    assert [s.hypothesis.text for s in rescoring.rerank(
+        hypotheses, log_probs, lm_weight=1.0, word_penalty=0.0)["u1"]] == ["", "the cat"]
+
+
 @pytest.mark.parametrize("files, message", [
     ({"lm_cost": None}, r"nbest/lm_cost not found: a Kaldi n-best directory holds text, "
                         "ac_cost, lm_cost"),
     ({"text": "u1 the cat\n"}, r"nbest/text:1: hypothesis id 'u1' is not Kaldi's "
                                "'utterance-N'"),
     ({"text": "u1-1 a b\nu1-1 a c\n"}, r"nbest/text:2: hypothesis 'u1-1' repeats line 1"),
-    ({"text": "u1-1\n"}, r"nbest/text:1: the hypothesis of 'u1' has no words"),
     ({"ac_cost": "u1-1 80\nu1-2 x\n"}, r"nbest/ac_cost:2: first-pass score 'x' is not a"),
     ({"lm_cost": "u1-1 2.0\n"}, r"nbest/lm_cost has no cost for 'u1-2' and 2 more "
                                 "hypotheses"),
@@ -161,7 +184,7 @@ def test_auto_lm_weight_is_the_smallest_with_the_lowest_error_rate():
 
 
 def test_lm_log_probs_are_the_sentences_log_probabilities(model):
-  texts = ["the keys to the cabinet are here", "the dog runs", "the dog runs"]
+  texts = ["the keys to the cabinet are here", "the dog runs", "the dog runs", ""]
   found = rescoring.lm_log_probs(model, texts)
   assert sorted(found) == sorted(set(texts))
   for text, value in found.items():
@@ -216,7 +239,6 @@ def test_run_reads_a_kaldi_directory_as_the_same_lists(model, tmp_path, monkeypa
     ("", "nbest.txt is empty"),
     ("u1\t-1.0\ta b\nu1\t-2.0\n", "nbest.txt:2: expected 3 tab-separated fields"),
     ("u1\t-1.0\ta b\nu1\tlow\ta c\n", "nbest.txt:2: first-pass score 'low' is not a number"),
-    ("u1\t-1.0\t \n", "nbest.txt:1: the hypothesis of 'u1' has no words"),
     ("0 ||| a b ||| -1.0\n", "nbest.txt:1: expected 4 fields 'id ||| text ||| features"),
 ])
 def test_bad_nbest_input_names_the_file_and_line(text, message):

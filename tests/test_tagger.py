@@ -250,6 +250,15 @@ def test_scoring_with_tags_never_looks_at_later_words(tagged_lm):
   assert not np.allclose(full["log_probs"][4:], edited["log_probs"][4:])
 
 
+def test_an_empty_sentence_scores_its_eos_alone_or_beside_others(tagged_lm):
+  """An n-best list's empty hypothesis (`keep_blank`): tagging has no word to tag."""
+  (alone,) = evaluate.score(tagged_lm, [""], keep_blank=True)
+  _, beside = evaluate.score(tagged_lm, ["the keys", ""], keep_blank=True)
+  assert alone["tokens"] == beside["tokens"] == ["<eos>"]
+  assert alone["log_prob"] == pytest.approx(beside["log_prob"], abs=1e-5)
+  assert alone["log_prob"] < 0
+
+
 def test_sampling_with_tags_is_reproducible(tagged_lm):
   first = evaluate.generate(tagged_lm, "the keys", 8, 1.0, 3)
   assert len(first) == 8 and first == evaluate.generate(tagged_lm, "the keys", 8, 1.0, 3)
