@@ -86,17 +86,19 @@ def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
 
 def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
   """results.md's notes on where the rows trained: one line per place, naming its rows, each
-  with its fastest and median seconds of an epoch there when known (the rows whose logs do
-  not say where are left out), and what the two times mean."""
+  with its fastest and median seconds of an epoch there when known, or, for a running row
+  with none timed there yet, saying so (the rows whose logs do not say where are left out),
+  and what the two times mean."""
   places = {}
   for record in rows:
     for place in record["ran_on"]:
       fastest, median = (record[key].get(place)
                          for key in ("fastest_epoch_seconds", "epoch_seconds"))
-      places.setdefault(place, []).append(
-          f"`{record['name']}`" + ("" if fastest is None else
-                                   f" ({fastest:,.1f} s its fastest epoch, {median:,.1f} s "
-                                   "the median)"))
+      if fastest is not None:
+        times = f" ({fastest:,.1f} s its fastest epoch, {median:,.1f} s the median)"
+      else:
+        times = " (no epoch timed there yet)" if _is_running(record) else ""
+      places.setdefault(place, []).append(f"`{record['name']}`{times}")
   timed = any(record["epoch_seconds"] for record in rows)
   return [*(f"- Trained on {place}: {', '.join(names)}." for place, names in places.items()),
           *(["- An epoch's time is its steps, its validation and its saves. The fastest "

@@ -506,6 +506,27 @@ def test_learning_rate_notes_by_hand():
   assert notes(rows[:2] + rows[3:]) == []
 
 
+def test_ran_on_notes_by_hand():
+  """Each place names its rows with their times there; a running row with no epoch timed
+  there yet (just resumed, or its epoch split with another place) says so; a finished row
+  whose log gives no times is named bare."""
+  notes = table_page._ran_on_notes  # pylint: disable=protected-access
+  gpu, cpu = "gpu (H200), 1 device, 16 host CPUs", "cpu (EPYC), 1 device, 2 host CPUs"
+  rows = [{"name": "a", "status": "finished", "ran_on": [gpu, cpu],
+           "fastest_epoch_seconds": {gpu: 17.0, cpu: 400.0},
+           "epoch_seconds": {gpu: 17.5, cpu: 410.0}},
+          {"name": "b", "status": "running: epoch 4 of 22", "ran_on": [gpu, cpu],
+           "fastest_epoch_seconds": {gpu: 16.0}, "epoch_seconds": {gpu: 16.5}},
+          {"name": "c", "status": "finished", "ran_on": [cpu],
+           "fastest_epoch_seconds": {}, "epoch_seconds": {}}]
+  assert notes(rows)[:2] == [
+      f"- Trained on {gpu}: `a` (17.0 s its fastest epoch, 17.5 s the median), `b` (16.0 s "
+      "its fastest epoch, 16.5 s the median).",
+      f"- Trained on {cpu}: `a` (400.0 s its fastest epoch, 410.0 s the median), `b` (no epoch "
+      "timed there yet), `c`."]
+  assert len(notes(rows)) == 3 and len(notes(rows[2:])) == 1   # the times' meaning if any
+
+
 @pytest.mark.parametrize("name,row", [("salton_ptb", "average"), ("ptb_cpu", "conv1x1")])
 def test_a_row_that_starts_at_another_learning_rate_says_so_on_its_page(name, row, tmp_path):
   """Its config lowers the table's first learning rate (docs/reproduce.md says why); the
