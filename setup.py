@@ -10,7 +10,7 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     packages=setuptools.find_packages(include=["attnlm_jax", "attnlm_jax.*"]),
     package_data={"attnlm_jax": ["data/embedded/*.txt.gz", "data/embedded/*.jsonl.gz"]},
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     install_requires=[
         "jax>=0.10.2,<0.11",
         "jaxlib>=0.10.2,<0.11",

@@ -1,6 +1,7 @@
 """The README's quick start, run verbatim as a new user would: a copy of the repository, a
 virtualenv of its own, the commands parsed from README.md, relative paths from the root."""
 
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -72,6 +73,14 @@ def test_the_readme_has_the_two_quick_start_commands():
   assert len(commands) == 2
   assert "--workdir=workdirs/demo" in commands[0]       # a relative workdir, as users type
   assert commands[1].endswith("python -m pytest")
+
+
+def test_the_python_the_readme_and_setup_ask_for_is_what_the_pinned_jax_needs():
+  """pip refuses a jax of the pinned range on an older Python with a message about jax, not
+  the project: the README's quick start and setup.py's python_requires name jax's floor."""
+  floor = importlib.metadata.metadata("jax")["Requires-Python"]   # ">=3.11" for jax 0.10
+  assert f'python_requires="{floor}"' in (tiny_config.REPO / "setup.py").read_text()
+  assert f"with Python {floor.removeprefix('>=')}+," in README.read_text()
 
 
 def test_the_quick_start_trains_and_evaluates_the_demo(fresh_clone):
