@@ -3,7 +3,8 @@
 Everything is written by process 0 only. In the workdir:
 - `metrics.jsonl`: one JSON object per line; a run starts with a `{"event": "start", ...}`
   line holding the config, the parameter count and where it runs (platform, devices, the
-  host's CPUs: `host_cpus`, and their model: `cpu_model`), then one line per logged step or epoch;
+  host's CPUs: `host_cpus`, and their model: `cpu_model`) and the code (`code_version`), then
+  one line per logged step or epoch;
 - `tensorboard/`: event files (tensorboardX, no TensorFlow) with the same scalars and the
   config as text.
 On a terminal the progress is a tqdm bar (epoch, step, loss, tokens/s); when stderr is not a
@@ -16,11 +17,13 @@ existing `metrics.jsonl` is copied in first, so a resumed run appends to it).
 """
 
 import contextlib
+import importlib.metadata
 import json
 import logging as std_logging
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -125,6 +128,27 @@ def cpu_model() -> str:
       if line.startswith("model name"):
         return line.split(":", 1)[1].strip()
   return platform.processor()
+
+
+def code_version() -> str:
+  """The code a run trains with: the git commit of the checkout `attnlm_jax` is imported from,
+  with "+changes" when its tracked files differ from that commit, else the installed
+  package's "attnlm_jax==VERSION". A rerun repeats a run bit for bit only with the same code:
+  a change in how dropout masks are drawn, say, changes every step after it."""
+  source = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+  def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", source, *args], capture_output=True, text=True,
+                          check=True, timeout=30).stdout.strip()
+
+  with contextlib.suppress(OSError, subprocess.SubprocessError):
+    if os.path.samefile(git("rev-parse", "--show-toplevel"), source):
+      changed = git("status", "--porcelain", "--untracked-files=no")
+      return git("rev-parse", "HEAD") + ("+changes" if changed else "")
+  try:
+    return f"attnlm_jax=={importlib.metadata.version('attnlm_jax')}"
+  except importlib.metadata.PackageNotFoundError:
+    return "attnlm_jax (not installed, no git checkout)"
 
 
 class MetricWriter:

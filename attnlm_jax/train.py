@@ -241,6 +241,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, data: data_lib.LMData
                      device_kind=jax.devices()[0].device_kind,
                      host_cpus=logging_utils.host_cpus(),
                      cpu_model=logging_utils.cpu_model(),
+                     code_version=logging_utils.code_version(),
                      train_batches=data.num_train_batches(),
                      vocab_size=vocab_size,
                      unigram_valid_perplexity=losses.unigram_perplexity(

@@ -1,6 +1,7 @@
 """The command line: evaluate / score / generate output, one-line errors, table pages."""
 
 import hashlib
+import importlib.metadata
 import json
 import math
 import os
@@ -47,6 +48,33 @@ def test_the_start_record_says_where_the_run_trained(workdir):
   assert start["host_cpus"] == len(os.sched_getaffinity(0))
   with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:   # the model the kernel reports
     assert f"model name\t: {start['cpu_model']}\n" in cpuinfo.read()
+
+
+def _git(*args) -> str:
+  return subprocess.run(["git", "-C", str(tiny_config.REPO), *args], capture_output=True,
+                        text=True, check=True, timeout=60).stdout.strip()
+
+
+def test_the_start_record_names_the_code_that_trained(workdir):
+  """The checkout's commit, marked when its tracked files had changes: a rerun is bit for bit
+  only with the same code (docs/reproduce.md: the dropout masks' change of 2026-11-27)."""
+  if shutil.which("git") is None or not (tiny_config.REPO / ".git").exists():
+    pytest.skip("needs a git checkout of the repository")
+  start = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
+  commit, _, mark = start["code_version"].partition("+")
+  assert commit == _git("rev-parse", "HEAD")
+  assert mark == ("changes" if _git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def test_the_code_version_outside_a_checkout_is_the_installed_package(tmp_path):
+  """A copy of the package outside any git checkout (an installed wheel) names its version."""
+  shutil.copytree(tiny_config.REPO / "attnlm_jax", tmp_path / "attnlm_jax")
+  done = subprocess.run([sys.executable, "-c", "from attnlm_jax import logging_utils; "
+                         "print(logging_utils.__file__); print(logging_utils.code_version())"],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+  imported_from, version = done.stdout.split()
+  assert imported_from == str(tmp_path / "attnlm_jax" / "logging_utils.py")
+  assert version == f"attnlm_jax=={importlib.metadata.version('attnlm_jax')}"
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
