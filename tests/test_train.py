@@ -141,8 +141,9 @@ def test_table_row_configs(score):
     assert config.model.forget_bias == (1.0 if score == "average" else 0.0)
     assert (config.data.batch_size, config.data.max_len) == (32, 35)
     assert config.train.grad_clip == 5.0 and config.train.patience == 10
-  # The papers' first learning rate, except PTB's `average`, which does not learn at it.
-  assert ptb.train.learning_rate == (0.5 if score == "average" else 1.0)
+  # The papers' first learning rate, except PTB's `average` (it does not learn at 1.0) and
+  # `conv1x1` (whether it diverges at 1.0 depends on the CPU's rounding).
+  assert ptb.train.learning_rate == (0.5 if score in ("average", "conv1x1") else 1.0)
   assert wt2.train.learning_rate == 1.0
   assert (ptb.model.hidden_size, ptb.model.num_layers, ptb.model.dropout) == (650, 2, 0.5)
   assert (ptb.train.lr_decay_after, ptb.train.lr_decay_divisor) == (12, 2.0)
