@@ -4,7 +4,8 @@ Everything is written by process 0 only. In the workdir:
 - `metrics.jsonl`: one JSON object per line; a run starts with a `{"event": "start", ...}`
   line holding the config, the parameter count and where it runs (platform, devices, the
   host's CPUs: `host_cpus`, and their model: `cpu_model`) and the code (`code_version`), then
-  one line per logged step or epoch;
+  one line per logged step or epoch; a run that diverges ends with a `{"event": "diverged",
+  "step", "learning_rate", "reason"}` line;
 - `tensorboard/`: event files (tensorboardX, no TensorFlow) with the same scalars and the
   config as text.
 On a terminal the progress is a tqdm bar (epoch, step, loss, tokens/s); when stderr is not a
@@ -175,14 +176,17 @@ class MetricWriter:
 
   def write_start(self, step: int, config_json: str, num_params: int, **extra: Any) -> None:
     """Records the start (or resumption) of a run with its config and parameter count."""
-    record = {"event": "start", "step": step, "num_params": num_params, **extra,
-              "config": json.loads(config_json)}
-    self._write_line(record)
+    self.write_event("start", step, num_params=num_params, **extra,
+                     config=json.loads(config_json))
     if self._tensorboard is not None:
       self._tensorboard.add_text("config", f"```\n{config_json}\n```", step)
       self._tensorboard.add_text("num_params", str(num_params), step)
     logging.info("parameters: %d; %s", num_params,
                  ", ".join(f"{k}: {v}" for k, v in extra.items()))
+
+  def write_event(self, event: str, step: int, **fields: Any) -> None:
+    """One `metrics.jsonl` line {"event": event, "step": step, **fields}."""
+    self._write_line({"event": event, "step": step, **fields})
 
   def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
     """One `metrics.jsonl` line {"step": step, **scalars} and a TensorBoard scalar each."""

@@ -15,7 +15,8 @@ validation perplexity so far, the last epoch's training time and the epoch after
 stopping ends it unless it improves before then. When SIGTERM or SIGINT stops the row in
 training (`preemption.Stopped`, after its checkpoint is saved), the results files are
 written with that row running and the exception goes on to the caller; rerunning the same
-command resumes the row. With `dry_run` it trains nothing and prints the plan: each row's
+command resumes the row. A row that diverges (`train.TrainingDiverged`) is shown so, with
+the step and the reason, and the exception goes on the same way. With `dry_run` it trains nothing and prints the plan: each row's
 command, epochs, training tokens, parameter count and status in `workdir`. With `pages_only`
 it trains nothing and rewrites the three files from what `workdir` holds (rows still
 training shown running): the pages of a table whose runs go on elsewhere.
@@ -203,7 +204,10 @@ def _training_state(row_dir: epath.Path) -> dict:
            "ran_on": run["ran_on"], "epoch_seconds": run["epoch_seconds"],
            "fastest_epoch_seconds": run["fastest_epoch_seconds"],
            **{key: run[key] for key in results.RUN_KEYS}}
-  if not run["finished"]:
+  if run["diverged"]:
+    state.update(status=f"{table_page.DIVERGED}: step {run['diverged']['step']}",
+                 diverged=run["diverged"])
+  elif not run["finished"]:
     state.update(status=f"{table_page.RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
                  best_valid_perplexity=run["best_valid_perplexity"],
                  last_epoch_seconds=run["last_epoch_seconds"],
@@ -245,8 +249,8 @@ _STATE_READERS = {tables.TRAIN: _training_state, tables.TAGGER: _tagger_state,
 
 
 def row_state(row: tables.Row, workdir: epath.Path) -> dict:
-  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED or "running: epoch k of n"
-  (the statuses of `table_page`), ...}."""
+  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED, "running: epoch k of n" or
+  "diverged: step s" (the statuses of `table_page`), ...}."""
   return _STATE_READERS[row.kind](workdir / row.name)
 
 
@@ -436,6 +440,8 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
     ReproduceError: a row directory holding another config's run (nothing is trained then).
     preemption.Stopped: SIGTERM or SIGINT stopped the row in training after saving it; the
       results files are written first, with that row running (rerunning resumes it).
+    train.TrainingDiverged: the row in training diverged; the results files are written
+      first, with that row diverged (its page gives the step and the reason).
   """
   rows = tables.row_names(rows)
   selected = tables.select_rows(table, rows)
@@ -461,8 +467,8 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
                  "starting" if status == table_page.NOT_STARTED else f"resuming ({status})")
     try:
       _run_row(row, workdir, configs[row.name])
-    except preemption.Stopped:
-      write_results(table, workdir, configs, command)  # The page shows the row running.
+    except (preemption.Stopped, train.TrainingDiverged):
+      write_results(table, workdir, configs, command)  # The page shows it running or diverged.
       raise
     trained.append(row.name)
     # After every trained row, so that a long table shows its progress.

@@ -209,7 +209,9 @@ def read_run(workdir) -> dict:
      says, without repeats: [] for logs from before 2026-11-25), "epoch_seconds" (the
      median training seconds of an epoch in each of those places, `_epoch_seconds`) and
      "fastest_epoch_seconds" (the fewest: the cost of an epoch on a quiet machine, where the
-     median also counts epochs slowed by compiling or by other work on the machine)}.
+     median also counts epochs slowed by compiling or by other work on the machine) and
+     "diverged" (the `diverged` event that ended its last session: {"step", "learning_rate",
+     "reason"}; None when that session did not diverge)}.
   """
   workdir = epath.Path(str(workdir))
   path = workdir / logging_utils.METRICS_FILE
@@ -219,6 +221,8 @@ def read_run(workdir) -> dict:
   starts = [r for r in records if r.get("event") == "start"]
   if not starts:
     raise ResultsError(f"{path} has no start record: pass the --workdir of a training run")
+  last_session = records[len(records) - records[::-1].index(starts[-1]):]
+  diverged = next((r for r in last_session if r.get("event") == "diverged"), None)
   config = starts[-1]["config"]
   train = config.get("train", {})
   finals = [r for r in records if "final_test_perplexity" in r]
@@ -240,7 +244,9 @@ def read_run(workdir) -> dict:
           "last_epoch_seconds": last_epoch[1] if last_epoch and last_epoch[0] != SPLIT else None,
           "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts)))),
           "epoch_seconds": _epoch_seconds(seconds_by_epoch, statistics.median),
-          "fastest_epoch_seconds": _epoch_seconds(seconds_by_epoch, min)}
+          "fastest_epoch_seconds": _epoch_seconds(seconds_by_epoch, min),
+          "diverged": {key: diverged[key] for key in ("step", "learning_rate", "reason")}
+                      if diverged else None}
 
 
 def find_runs(root) -> list[epath.Path]:

@@ -13,6 +13,7 @@ from attnlm_jax import results
 FINISHED = "finished"
 NOT_STARTED = "not started"
 RUNNING = "running"  # Started, not finished: a status "running: epoch k of n".
+DIVERGED = "diverged"  # Its last session diverged: a status "diverged: step s".
 
 
 def count(value: Optional[int]) -> str:
@@ -39,6 +40,8 @@ def _markdown_cells(record: dict) -> list[str]:
   perplexities = [number(record[key]) for key in results.RUN_KEYS]
   if record["status"] == NOT_STARTED:
     epochs = "not run"
+  elif record["status"].startswith(DIVERGED):
+    epochs = f"{record['status']} (epoch {record['epochs_run'] + 1})"
   elif _is_running(record):
     best = f" (best {record['best_epoch']})" if record["best_epoch"] else ""
     epochs = f"{RUNNING}: {record['epochs_run']} of {count(record['num_epochs'])}{best}"
@@ -71,6 +74,13 @@ def _running_note(record: dict) -> str:
   return note + "."
 
 
+def _diverged_note(record: dict) -> str:
+  """results.md's note on a diverged row: where, at what learning rate, and why."""
+  diverged = record["diverged"]
+  return (f"- `{record['name']}` diverged at step {diverged['step']} (learning rate "
+          f"{diverged['learning_rate']:g}): {diverged['reason']}.")
+
+
 def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
   """results.md's notes on the rows whose first learning rate is not the one most rows start
   at (a row's config may lower it where the table's rate does not train it; none when all
@@ -79,9 +89,13 @@ def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
   if len(set(rates)) < 2:
     return []
   usual = collections.Counter(rates).most_common(1)[0][0]
-  return [f"- `{r['name']}` starts at learning rate {r['learning_rate']} (its config; the "
-          f"other rows at {usual})." for r in rows
-          if r.get("learning_rate") not in (None, usual)]
+  by_rate = {}
+  for record in rows:
+    if record.get("learning_rate") not in (None, usual):
+      by_rate.setdefault(record["learning_rate"], []).append(f"`{record['name']}`")
+  return [f"- {' and '.join(names)} start{'s' if len(names) == 1 else ''} at learning rate "
+          f"{rate} ({'its config' if len(names) == 1 else 'their configs'}; the other rows at "
+          f"{usual})." for rate, names in by_rate.items()]
 
 
 def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
@@ -149,6 +163,7 @@ def format_markdown(summary: dict) -> str:
   notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
   notes += _learning_rate_notes(summary["rows"])
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
+  notes += [_diverged_note(r) for r in summary["rows"] if r["status"].startswith(DIVERGED)]
   notes += _ran_on_notes(summary["rows"])
   return "\n".join([
       f"# Table `{summary['table']}`: {summary['title']}", "",

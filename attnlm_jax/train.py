@@ -19,7 +19,7 @@ The run is deterministic for a seed (and, with `config.train.grad_shards` set, f
 count dividing it), and resumes from the latest readable checkpoint in `workdir` to the same
 result as an uninterrupted run (`checkpoints.py`). A run whose loss stops being finite, or
 grows past twice the loss of a uniform guess, is stopped (`TrainingDiverged`) before it
-saves anything, so the last checkpoint stays good. SIGTERM or SIGINT (preemption, Ctrl-C)
+saves anything, so the last checkpoint stays good; its log ends with a `diverged` event. SIGTERM or SIGINT (preemption, Ctrl-C)
 stop it after the step under way, with a checkpoint of that step (`preemption.py`:
 `preemption.Stopped`), and a second run on the same workdir is refused while the first holds
 its lock (`workdir_lock.py`).
@@ -53,6 +53,10 @@ from attnlm_jax.errors import ConfigError
 
 class TrainingDiverged(errors.UserError):
   """The loss stopped being finite or exploded; the message names the step and the lr."""
+
+  def __init__(self, message: str, step: int, learning_rate: float, reason: str):
+    super().__init__(message)
+    self.step, self.learning_rate, self.reason = step, learning_rate, reason
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -133,7 +137,7 @@ def _diverged(reason: str, step: int, lr: float, last_good) -> TrainingDiverged:
           if last_good is not None else "nothing was saved: rerun with a smaller "
           f"--config.train.learning_rate (e.g. {lr / 10:g})")
   return TrainingDiverged(f"training diverged at step {step} (learning rate {lr:g}): "
-                          f"{reason}; {then}")
+                          f"{reason}; {then}", step, lr, reason)
 
 
 def _lock_workdir(workdir: epath.Path) -> workdir_lock.WorkdirLock:
@@ -372,7 +376,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, data: data_lib.LMData
         raise stopped(epoch, num_batches)
     if stop.received is not None:  # Before the final evaluation: every epoch is saved.
       raise stopped(epochs, num_batches)
-  except BaseException:
+  except BaseException as error:
+    if isinstance(error, TrainingDiverged):  # The log says why it ends.
+      writer.write_event("diverged", error.step, learning_rate=error.learning_rate,
+                         reason=error.reason)
     ckpt.close()  # Finishes the saves under way, so the last good checkpoint is whole.
     writer.close()  # A remote workdir gets the log records written so far.
     raise

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from attnlm_jax import checkpoints
+from attnlm_jax import results
 import tiny_config
 
 # Two epochs of 50 steps; step checkpoints every 20 steps, so the run ends holding steps 80
@@ -162,10 +163,17 @@ def test_divergence_stops_in_one_line_and_a_smaller_lr_resumes(copy):
   assert f"last good checkpoint (step {LAST_STEP})" in line
   assert "--config.train.learning_rate" in line
   assert _snapshot(workdir / "checkpoints") == checkpoints_before
+  event = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[-1])  # The log says so.
+  assert event["event"] == "diverged" and event["learning_rate"] == 200.0
+  assert line.startswith(f"error: training diverged at step {event['step']} (learning rate "
+                         f"200): {event['reason']}; ")
+  assert event["step"] > LAST_STEP and results.read_run(workdir)["diverged"] == {
+      key: event[key] for key in ("step", "learning_rate", "reason")}
   result = _main(*_config_flags(train__num_epochs=EPOCHS + 1, train__learning_rate=0.5),
                  "--workdir=runs/tiny", cwd=cwd)
   summary = _json_lines(result.stdout)[-1]
   assert summary["epochs"] == EPOCHS + 1 and summary["valid_perplexity"] < 1e4
+  assert results.read_run(workdir)["diverged"] is None  # The resumed session did not.
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -381,6 +381,40 @@ def test_a_row_stopped_by_a_signal_is_shown_running_and_the_stop_goes_on(synthet
           "improves on epoch 2.") in markdown
 
 
+def test_a_row_that_diverges_is_shown_diverged_and_the_error_goes_on(synthetic, tmp_path,
+                                                                     monkeypatch):
+  reason = "the training loss is 18.43 nats per token, more than twice a uniform guess's 9.21"
+
+  def diverging(row, workdir, config):   # Epochs 1 to 3 validated, then divergence in epoch 4.
+    del config
+    _synthetic_run(workdir / row.name)
+    with (workdir / row.name / logging_utils.METRICS_FILE).open("a") as log:
+      log.write(json.dumps({"event": "diverged", "step": 35, "learning_rate": 1.0,
+                            "reason": reason}) + "\n")
+    raise train.TrainingDiverged("training diverged at step 35", 35, 1.0, reason)
+
+  monkeypatch.setattr(reproduce, "_run_row", diverging)
+  with pytest.raises(train.TrainingDiverged):
+    reproduce.run(synthetic, tmp_path, rows=["single"])
+  single = json.loads((tmp_path / reproduce.RESULTS_JSON).read_text())["rows"][0]
+  assert single["status"] == "diverged: step 35" and single["epochs_run"] == 3
+  assert single["diverged"] == {"step": 35, "learning_rate": 1.0, "reason": reason}
+  assert not results.is_finished(tmp_path / "single")
+  markdown = (tmp_path / reproduce.RESULTS_MD).read_text()
+  assert ("| single | configs/ptb.py:score=single | 14,500,000 | diverged: step 35 (epoch 4) | "
+          "- | - | - | - | 71.7 / 70.1 |") in markdown
+  assert f"- `single` diverged at step 35 (learning rate 1): {reason}." in markdown
+  assert "`single` is still training" not in markdown
+  # A later session of the row (a smaller learning rate, resumed) is no longer diverged.
+  with (tmp_path / "single" / logging_utils.METRICS_FILE).open("a") as log:
+    log.write(json.dumps({"event": "start", "step": 30, "num_params": 14_500_000,
+                          "config": {"data": {"corpus": "ptb"}, "train": {"num_epochs": 40},
+                                     "model": {"score": "single", "hidden_size": 650,
+                                               "num_layers": 2}}}) + "\n")
+  assert reproduce.row_state(tables.get_table(synthetic).rows[0], tmp_path)["status"] == (
+      "running: epoch 3 of 40")
+
+
 def test_tables_are_well_formed():
   for name, table in tables.TABLES.items():
     names = [row.name for row in table.rows]
@@ -504,6 +538,11 @@ def test_learning_rate_notes_by_hand():
   assert notes(rows) == [
       "- `c` starts at learning rate 0.25 (its config; the other rows at 1.0)."]
   assert notes(rows[:2] + rows[3:]) == []
+  more = rows + [{"name": "e", "learning_rate": 0.25}, {"name": "f", "learning_rate": 0.5},
+                 {"name": "g", "learning_rate": 1.0}]
+  assert notes(more) == [
+      "- `c` and `e` start at learning rate 0.25 (their configs; the other rows at 1.0).",
+      "- `f` starts at learning rate 0.5 (its config; the other rows at 1.0)."]
 
 
 def test_ran_on_notes_by_hand():
@@ -527,16 +566,22 @@ def test_ran_on_notes_by_hand():
   assert len(notes(rows)) == 3 and len(notes(rows[2:])) == 1   # the times' meaning if any
 
 
-@pytest.mark.parametrize("name,row", [("salton_ptb", "average"), ("ptb_cpu", "conv1x1")])
-def test_a_row_that_starts_at_another_learning_rate_says_so_on_its_page(name, row, tmp_path):
+@pytest.mark.parametrize("name,lowered,note", [
+    ("salton_ptb", ("average", "conv1x1"), "`average` and `conv1x1` start at learning rate 0.5 "
+                                           "(their configs; the other rows at 1.0)"),
+    ("ptb_cpu", ("conv1x1",), "`conv1x1` starts at learning rate 0.5 (its config; the other "
+                              "rows at 1.0)")])
+def test_a_row_that_starts_at_another_learning_rate_says_so_on_its_page(name, lowered, note,
+                                                                        tmp_path):
   """Its config lowers the table's first learning rate (docs/reproduce.md says why); the
-  committed page (the runner's own, test_committed_pages_...) names the row and its rate."""
+  committed page (the runner's own, test_committed_pages_...) names the rows and their rate."""
   summary = json.loads((tiny_config.COMMITTED_RESULTS / name / reproduce.RESULTS_JSON)
                        .read_text())
   rates = {r["name"]: r["learning_rate"] for r in summary["rows"]}
-  config = reproduce.row_config(
-      next(r for r in tables.TABLES[name].rows if r.name == row), tmp_path)
-  assert rates.pop(row) == config.train.learning_rate == 0.5
+  for row in lowered:
+    config = reproduce.row_config(
+        next(r for r in tables.TABLES[name].rows if r.name == row), tmp_path)
+    assert rates.pop(row) == config.train.learning_rate == 0.5
   assert set(rates.values()) == {1.0}
   page = (tiny_config.COMMITTED_RESULTS / name / reproduce.RESULTS_MD).read_text()
-  assert f"- `{row}` starts at learning rate 0.5 (its config; the other rows at 1.0).\n" in page
+  assert f"- {note}.\n" in page
