@@ -35,6 +35,7 @@ from etils import epath
 import tqdm
 
 METRICS_FILE = "metrics.jsonl"
+CODE_PATHS = ("attnlm_jax", "configs", "setup.py")  # What a change of marks a code_version.
 TENSORBOARD_DIR = "tensorboard"
 # Seconds between copies of the logs to a remote workdir.
 MIRROR_SECONDS = 60.0
@@ -133,9 +134,10 @@ def cpu_model() -> str:
 
 def code_version() -> str:
   """The code a run trains with: the git commit of the checkout `attnlm_jax` is imported from,
-  with "+changes" when its tracked files differ from that commit, else the installed
-  package's "attnlm_jax==VERSION". A rerun repeats a run bit for bit only with the same code:
-  a change in how dropout masks are drawn, say, changes every step after it."""
+  with "+changes" when its tracked code (`CODE_PATHS`) differs from that commit, else the
+  installed package's "attnlm_jax==VERSION". A rerun repeats a run bit for bit only with the
+  same code: a change in how dropout masks are drawn, say, changes every step after it. Other
+  files (docs, the results pages a run in progress rewrites) do not mark it."""
   source = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
   def git(*args: str) -> str:
@@ -144,7 +146,7 @@ def code_version() -> str:
 
   with contextlib.suppress(OSError, subprocess.SubprocessError):
     if os.path.samefile(git("rev-parse", "--show-toplevel"), source):
-      changed = git("status", "--porcelain", "--untracked-files=no")
+      changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
       return git("rev-parse", "HEAD") + ("+changes" if changed else "")
   try:
     return f"attnlm_jax=={importlib.metadata.version('attnlm_jax')}"

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from attnlm_jax import logging_utils
 import tiny_config
 
 
@@ -63,7 +64,33 @@ def test_the_start_record_names_the_code_that_trained(workdir):
   start = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
   commit, _, mark = start["code_version"].partition("+")
   assert commit == _git("rev-parse", "HEAD")
-  assert mark == ("changes" if _git("status", "--porcelain", "--untracked-files=no") else "")
+  assert mark == ("changes" if _git("status", "--porcelain", "--untracked-files=no", "--",
+                                    *logging_utils.CODE_PATHS) else "")
+
+
+def test_a_change_to_the_code_marks_the_code_version_and_one_to_the_docs_does_not(tmp_path):
+  """In a checkout of its own: committed, then a README edit (no mark), then a code edit."""
+  if shutil.which("git") is None:
+    pytest.skip("needs git")
+  shutil.copytree(tiny_config.REPO / "attnlm_jax", tmp_path / "attnlm_jax")
+  (tmp_path / "README.md").write_text("a checkout\n")
+  git = lambda *args: subprocess.run(
+      ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+      capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+  git("init", "-q")
+  git("add", ".")
+  git("commit", "-qm", "code")
+  version = lambda: subprocess.run(
+      [sys.executable, "-c", "from attnlm_jax import logging_utils; "
+       "print(logging_utils.code_version())"],
+      cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+  head = git("rev-parse", "HEAD")
+  assert version() == head
+  (tmp_path / "README.md").write_text("a checkout, its docs edited\n")
+  assert version() == head
+  with (tmp_path / "attnlm_jax" / "scores.py").open("a") as source:
+    source.write("# an edit\n")
+  assert version() == head + "+changes"
 
 
 def test_the_code_version_outside_a_checkout_is_the_installed_package(tmp_path):
