@@ -16,10 +16,11 @@ stopping ends it unless it improves before then. When SIGTERM or SIGINT stops th
 training (`preemption.Stopped`, after its checkpoint is saved), the results files are
 written with that row running and the exception goes on to the caller; rerunning the same
 command resumes the row. A row that diverges (`train.TrainingDiverged`) is shown so, with
-the step and the reason, and the exception goes on the same way. With `dry_run` it trains nothing and prints the plan: each row's
-command, epochs, training tokens, parameter count and status in `workdir`. With `pages_only`
-it trains nothing and rewrites the three files from what `workdir` holds (rows still
-training shown running): the pages of a table whose runs go on elsewhere.
+the step and the reason, and the exception goes on the same way. With `dry_run` it trains
+nothing and prints the plan: each row's command, epochs, training tokens, parameter count and
+status in `workdir`. With `pages_only` it trains nothing and rewrites the three files from
+what `workdir` holds (rows still training shown running): the pages of a table whose runs go
+on elsewhere.
 """
 
 import dataclasses

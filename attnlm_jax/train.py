@@ -19,10 +19,10 @@ The run is deterministic for a seed (and, with `config.train.grad_shards` set, f
 count dividing it), and resumes from the latest readable checkpoint in `workdir` to the same
 result as an uninterrupted run (`checkpoints.py`). A run whose loss stops being finite, or
 grows past twice the loss of a uniform guess, is stopped (`TrainingDiverged`) before it
-saves anything, so the last checkpoint stays good; its log ends with a `diverged` event. SIGTERM or SIGINT (preemption, Ctrl-C)
-stop it after the step under way, with a checkpoint of that step (`preemption.py`:
-`preemption.Stopped`), and a second run on the same workdir is refused while the first holds
-its lock (`workdir_lock.py`).
+saves anything, so the last checkpoint stays good; its log ends with a `diverged` event.
+SIGTERM or SIGINT (preemption, Ctrl-C) stop it after the step under way, with a checkpoint of
+that step (`preemption.py`: `preemption.Stopped`), and a second run on the same workdir is
+refused while the first holds its lock (`workdir_lock.py`).
 """
 
 import functools
