@@ -6,8 +6,9 @@ dependencies first; `train.train_and_evaluate` resumes an interrupted run from i
 checkpoint), refuses a row directory made with another config, and after each row it runs
 writes into `workdir`:
 - `results.json`: every row's config, command, status, parameter count, epochs, final
-  perplexities under both rules, the printed numbers and the difference to them, and the
-  validation perplexity of every epoch; the table and the command that reproduces it;
+  perplexities under both rules, the printed numbers and the difference to them, the
+  validation perplexity of every epoch, and where and with what code (`code_version`) it
+  trained; the table and the command that reproduces it;
 - `results.md`: the same as one Markdown table;
 - `curves.png`: validation perplexity per epoch, one line per trained row.
 A row that has started and not finished is shown running, with its epochs done, the best
@@ -202,7 +203,8 @@ def _training_state(row_dir: epath.Path) -> dict:
   run = results.read_run(row_dir)
   state = {"status": table_page.FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
            "epochs_run": run["epochs_run"], "valid_curve": run["valid_curve"],
-           "ran_on": run["ran_on"], "epoch_seconds": run["epoch_seconds"],
+           "ran_on": run["ran_on"], "code_versions": run["code_versions"],
+           "epoch_seconds": run["epoch_seconds"],
            "fastest_epoch_seconds": run["fastest_epoch_seconds"],
            **{key: run[key] for key in results.RUN_KEYS}}
   if run["diverged"]:
@@ -264,7 +266,7 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "num_epochs": config.train.num_epochs if config else None,
             "learning_rate": config.train.learning_rate if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
-            "ran_on": [], "epoch_seconds": {}, "fastest_epoch_seconds": {}, "paper": None,
+            "ran_on": [], "code_versions": [], "epoch_seconds": {}, "fastest_epoch_seconds": {}, "paper": None,
             "differences": None}
   if row.note:
     record["note"] = row.note

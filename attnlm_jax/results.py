@@ -209,8 +209,9 @@ def read_run(workdir) -> dict:
      says, without repeats: [] for logs from before 2026-11-25), "epoch_seconds" (the
      median training seconds of an epoch in each of those places, `_epoch_seconds`) and
      "fastest_epoch_seconds" (the fewest: the cost of an epoch on a quiet machine, where the
-     median also counts epochs slowed by compiling or by other work on the machine) and
-     "diverged" (the `diverged` event that ended its last session: {"step", "learning_rate",
+     median also counts epochs slowed by compiling or by other work on the machine),
+     "code_versions" (the code its sessions trained with, `code_version` of each start
+     record that says, without repeats: [] for logs from before 2026-11-27) and "diverged" (the `diverged` event that ended its last session: {"step", "learning_rate",
      "reason"}; None when that session did not diverge)}.
   """
   workdir = epath.Path(str(workdir))
@@ -245,6 +246,8 @@ def read_run(workdir) -> dict:
           "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts)))),
           "epoch_seconds": _epoch_seconds(seconds_by_epoch, statistics.median),
           "fastest_epoch_seconds": _epoch_seconds(seconds_by_epoch, min),
+          "code_versions": list(dict.fromkeys(filter(None, (s.get("code_version")
+                                                            for s in starts)))),
           "diverged": {key: diverged[key] for key in ("step", "learning_rate", "reason")}
                       if diverged else None}
 

@@ -120,6 +120,16 @@ def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
              "by compiling or by other work on the machine."] if timed else [])]
 
 
+def _code_note(rows: Sequence[dict]) -> list[str]:
+  """results.md's note on the code that trained the rows, each with the `code_version`s of
+  its sessions (a commit, "+changes" when the checkout's code differed from it); none when no
+  row's log records it (older logs do not: pages written before the key lack it)."""
+  named = [f"`{r['name']}` {', '.join(r['code_versions'])}" for r in rows
+           if r.get("code_versions")]
+  return [f"- Code that trained them (`code_version` in each log): {'; '.join(named)}."
+          ] if named else []
+
+
 def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:
   """Each row's validation perplexity at every epoch relative to the `reference` row's, in
   percent ((row - reference) / reference x 100), for the epochs both have run:
@@ -165,6 +175,7 @@ def format_markdown(summary: dict) -> str:
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
   notes += [_diverged_note(r) for r in summary["rows"] if r["status"].startswith(DIVERGED)]
   notes += _ran_on_notes(summary["rows"])
+  notes += _code_note(summary["rows"])
   return "\n".join([
       f"# Table `{summary['table']}`: {summary['title']}", "",
       f"Reproduce with `{summary['command']}` (results of {summary['date']}).", "", table, "",

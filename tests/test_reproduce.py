@@ -132,6 +132,12 @@ def test_run_writes_results_json_md_and_curves(demo):
   place = (f"cpu ({logging_utils.cpu_model()}), 2 devices, "
            f"{host_cpus} host CPU{'' if host_cpus == 1 else 's'}")
   assert [row["ran_on"] for row in table["rows"]] == [[place], [place]]
+  versions = [row["code_versions"] for row in table["rows"]]   # Each row's one session.
+  assert versions == [[records[0]["code_version"]] for records in (
+      _records(workdir / row["name"] / logging_utils.METRICS_FILE) for row in table["rows"])]
+  assert all(len(v) == 1 and v[0] for v in versions)
+  assert (f"- Code that trained them (`code_version` in each log): `none` {versions[0][0]}; "
+          f"`single` {versions[1][0]}.") in markdown
   noted = {}
   for row in table["rows"]:   # Two epochs, one session: their median and the faster one.
     epochs = [r for r in _records(workdir / row["name"] / logging_utils.METRICS_FILE)
@@ -564,6 +570,16 @@ def test_ran_on_notes_by_hand():
       f"- Trained on {cpu}: `a` (400.0 s its fastest epoch, 410.0 s the median), `b` (no epoch "
       "timed there yet), `c`."]
   assert len(notes(rows)) == 3 and len(notes(rows[2:])) == 1   # the times' meaning if any
+
+
+def test_code_note_by_hand():
+  note = table_page._code_note  # pylint: disable=protected-access
+  rows = [{"name": "a", "code_versions": ["abc123", "def456+changes"]},
+          {"name": "b", "code_versions": []}, {"name": "c"},
+          {"name": "d", "code_versions": ["abc123"]}]
+  assert note(rows) == ["- Code that trained them (`code_version` in each log): `a` abc123, "
+                        "def456+changes; `d` abc123."]
+  assert note(rows[1:3]) == []
 
 
 @pytest.mark.parametrize("name,lowered,note", [
