@@ -222,8 +222,10 @@ def read_run(workdir) -> dict:
   starts = [r for r in records if r.get("event") == "start"]
   if not starts:
     raise ResultsError(f"{path} has no start record: pass the --workdir of a training run")
-  last_session = records[len(records) - records[::-1].index(starts[-1]):]
-  diverged = next((r for r in last_session if r.get("event") == "diverged"), None)
+  diverged = None  # The last session's `diverged` event: a start record clears it.
+  for record in records:
+    if record.get("event") in ("start", "diverged"):
+      diverged = record if record["event"] == "diverged" else None
   config = starts[-1]["config"]
   train = config.get("train", {})
   finals = [r for r in records if "final_test_perplexity" in r]

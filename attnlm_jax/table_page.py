@@ -33,6 +33,11 @@ def _is_running(record: dict) -> bool:
   return record["status"].startswith(RUNNING)
 
 
+def _is_diverged(record: dict) -> bool:
+  """True for a row whose last session diverged."""
+  return record["status"].startswith(DIVERGED)
+
+
 def _markdown_cells(record: dict) -> list[str]:
   """One results.md line of a row: a running row shows its epochs done of the most (and its
   best epoch so far) and, as `valid`, its best validation perplexity so far."""
@@ -40,7 +45,7 @@ def _markdown_cells(record: dict) -> list[str]:
   perplexities = [number(record[key]) for key in results.RUN_KEYS]
   if record["status"] == NOT_STARTED:
     epochs = "not run"
-  elif record["status"].startswith(DIVERGED):
+  elif _is_diverged(record):
     epochs = f"{record['status']} (epoch {record['epochs_run'] + 1})"
   elif _is_running(record):
     best = f" (best {record['best_epoch']})" if record["best_epoch"] else ""
@@ -173,7 +178,7 @@ def format_markdown(summary: dict) -> str:
   notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
   notes += _learning_rate_notes(summary["rows"])
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
-  notes += [_diverged_note(r) for r in summary["rows"] if r["status"].startswith(DIVERGED)]
+  notes += [_diverged_note(r) for r in summary["rows"] if _is_diverged(r)]
   notes += _ran_on_notes(summary["rows"])
   notes += _code_note(summary["rows"])
   return "\n".join([
