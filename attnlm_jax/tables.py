@@ -83,8 +83,9 @@ PRECISION_OVERRIDES = {"train.num_epochs": 3, "model.compute_dtype": "float32"}
 # that trained to the recipe's end reported what it would have reported had it stopped
 # there (the evidence: docs/reproduce.md).
 STOPPING_RULE = {"train.num_epochs": 22}
-STOPPING_RULE_NOTE = (f"ends after epoch {STOPPING_RULE['train.num_epochs']}, once its learning "
-                      "rate has been halved ten times (the stopping rule, docs/reproduce.md)")
+STOPPING_RULE_NOTE = (f"ends after epoch {STOPPING_RULE['train.num_epochs']} at the latest, once "
+                      "its learning rate has been halved ten times (the stopping rule, "
+                      "docs/reproduce.md), or sooner when the recipe's patience runs out")
 
 
 def _salton_table(title: str, config_file: str, corpus: str,
