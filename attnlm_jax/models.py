@@ -225,7 +225,7 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
     softmax's input: what the neural cache stores (`cache.py`).
   mutable: return (outputs, updates), `updates` to merge into params as {**params, **updates}
     (the new batch-norm statistics of training mode; empty otherwise).
-  train: dropout on (needs `rng`) and batch-norm batch statistics.
+  train: dropout on (needs `rng`); the batch norm's running statistics move (`mutable`).
   tags: int32 [B, T], the POS tag of each input token (needed iff `config.pos_tags`).
   rows: int32 [B], each row's index in the global batch (default 0..B-1): it seeds the row's
     dropout masks, so the rows of a batch split over devices get the masks they get on one.
