@@ -8,14 +8,13 @@ features h'_t that the tied softmax reads (logits = h'_t E^T + b).
 - residual_bn (the convolutional-attention LM): h'_t = h_t + beta * fc(bn(c_t)), fc an H->H
   layer and beta a vector (both Xavier-initialised, as the paper recommends).
 
-The batch norm normalises with running statistics kept per sentence position, as in recurrent
-batch normalization (Cooijmans et al. 2017): the context of a sentence's first words and of
-its later words have very different statistics. It normalises with them in training too, and
-training moves them towards each step's mean and variance over the batch's valid rows. A
-row's output never depends on the other rows of its batch: normalising by the batch's own
-statistics would let a row read, from which rows are still valid at a step, when its own
-sentence ends, since length-bucketed batches hold sentences of nearly equal length (a model
-trained that way learns to predict `<eos>` from it: docs/models.md).
+The batch norm normalises each time step over the batch's valid rows in training (so a
+sentence's own later tokens never enter its statistics) and uses running statistics at
+evaluation, kept per position as in recurrent batch normalization (Cooijmans et al. 2017): the
+context of a sentence's first words and of its later words have very different statistics, and
+one set for all positions would normalise evaluation differently from training. Training reads
+batches of random sentences (`train.check_config`): in a batch bucketed by length, which rows
+are still valid at a step tells a row when its own sentence ends (docs/models.md).
 """
 
 import dataclasses
@@ -62,17 +61,15 @@ def batch_norm(x: jax.Array, valid: jax.Array, stats: dict, train: bool,
                positions: jax.Array):
   """Normalises x [B, T, H] per feature; returns (x_hat, new running stats or None).
 
-  x_hat = (x - mean_p) / sqrt(var_p + eps) with the running statistics [P, H] of each step's
-  position p (the last, P - 1, for positions past it), in training as at evaluation, so that
-  no row's output depends on another row. positions [T]: the position in the sentence of
-  each time step (0 for the first word). Training also returns the running statistics moved
-  towards the mean and variance of each time step over the rows valid there (`valid` [B, T]).
+  positions [T]: the position in the sentence of each time step (0 for the first word).
+  Training: mean and variance of each time step over the rows valid there (`valid` [B, T]);
+  the running statistics of each position [P, H] move towards them. Evaluation: the running
+  statistics of each step's position (the last, P - 1, for positions past it).
   """
   num_positions = stats["mean"].shape[0]
   at = jnp.minimum(positions, num_positions - 1)
-  normalized = (x - stats["mean"][at]) * jax.lax.rsqrt(stats["var"][at] + BN_EPSILON)
   if not train:
-    return normalized, None
+    return (x - stats["mean"][at]) * jax.lax.rsqrt(stats["var"][at] + BN_EPSILON), None
   weight = valid.astype(jnp.float32)[..., None]                          # [B, T, 1]
   count = jnp.sum(weight, axis=0)                                        # [T, 1]
   mean = jnp.sum(weight * x, axis=0) / jnp.maximum(count, 1.0)           # [T, H]
@@ -82,7 +79,8 @@ def batch_norm(x: jax.Array, valid: jax.Array, stats: dict, train: bool,
   step_towards = lambda old, new: old.at[at].add(
       jnp.where(moves, (1 - BN_MOMENTUM) * (new - old[at]), 0.0))
   new_stats = {"mean": step_towards(stats["mean"], mean), "var": step_towards(stats["var"], var)}
-  return normalized, jax.tree.map(jax.lax.stop_gradient, new_stats)
+  new_stats = jax.tree.map(jax.lax.stop_gradient, new_stats)
+  return (x - mean) * jax.lax.rsqrt(var + BN_EPSILON), new_stats
 
 
 @dataclasses.dataclass(frozen=True)

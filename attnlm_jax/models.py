@@ -157,6 +157,12 @@ def init(rng: jax.Array, config) -> dict:
   return params
 
 
+def uses_batch_statistics(config) -> bool:
+  """Whether training normalises with each batch's statistics (the `conv1x1` batch norm), so
+  that a row's output depends on the other rows of its batch."""
+  return heads.HEADS[scores.get(config.score).head].has_stats
+
+
 def _init_from_spec(rng, spec: dict, sizes: dict, init_scale: float) -> dict:
   """Initialises {name: (shape symbols, initialiser)} (see `scores.Score`)."""
   params = {}
@@ -225,7 +231,7 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
     softmax's input: what the neural cache stores (`cache.py`).
   mutable: return (outputs, updates), `updates` to merge into params as {**params, **updates}
     (the new batch-norm statistics of training mode; empty otherwise).
-  train: dropout on (needs `rng`); the batch norm's running statistics move (`mutable`).
+  train: dropout on (needs `rng`) and batch-norm batch statistics.
   tags: int32 [B, T], the POS tag of each input token (needed iff `config.pos_tags`).
   rows: int32 [B], each row's index in the global batch (default 0..B-1): it seeds the row's
     dropout masks, so the rows of a batch split over devices get the masks they get on one.

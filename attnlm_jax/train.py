@@ -78,6 +78,11 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if config.train.learning_rate <= 0:
     raise ConfigError(f"config.train.learning_rate = {config.train.learning_rate} must be "
                       "positive")
+  if models.uses_batch_statistics(config.model) and config.data.bucket:
+    raise ConfigError(f"config.model.score={config.model.score!r} normalises each step by "
+                      "its batch's statistics, and config.data.bucket=True batches sentences "
+                      "of nearly equal length, so a row could read from the others when its "
+                      "own sentence ends (docs/models.md): set --config.data.bucket=false")
 
 
 def prepare(config: ml_collections.ConfigDict, workdir, vocab=None, data=None):

@@ -24,6 +24,7 @@ def get_config(arg=None):
   config.model.dropout = 0.65              # Non-recurrent dropout.
   config.model.score = args.score          # The attention score of this table row.
   config.model.forget_bias = 1.0 if args.score == "average" else 0.0  # Averaging LM: 1.0.
+  config.data.bucket = args.score != "conv1x1"  # conv1x1's batch norm: random sentences.
   config.train.lr_decay_after = 14         # Decay starts after epoch 14 ...
   config.train.lr_decay_divisor = 1.15     # ... dividing the lr by 1.15 every epoch.
   config.train.num_epochs = 60             # Maximum number of epochs.

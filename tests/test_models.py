@@ -153,29 +153,37 @@ def test_merge_and_residual_heads_match_numpy():
   assert new_stats is None
 
 
-def test_batch_norm_normalizes_with_each_positions_running_statistics_in_training_too():
-  """Training normalises as evaluation does, with the running statistics of each step's
-  position, and moves each position's statistics towards its step's valid rows."""
-  rng = np.random.default_rng(8)
-  x = rng.normal(size=(5, 3, 4)).astype(np.float32)
+def test_batch_norm_training_uses_each_steps_valid_rows():
+  x = np.random.default_rng(5).normal(size=(4, 2, 3)).astype(np.float32)
+  valid = np.array([[1, 1], [1, 1], [1, 0], [0, 0]], bool)
+  stats = heads.init_stats(2, 3)
+  out, _ = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid), stats, True, jnp.arange(2))
+  for t in range(2):
+    rows = x[valid[:, t], t]
+    want = (rows - rows.mean(0)) / np.sqrt(rows.var(0) + heads.BN_EPSILON)
+    np.testing.assert_allclose(np.asarray(out)[valid[:, t], t], want, atol=1e-5)
+
+
+def test_batch_norm_evaluation_with_each_positions_statistics_normalizes_as_training_did():
+  """Running statistics are kept per position: each position's move towards its step's batch
+  statistics, and once they hold them, evaluation normalises the batch exactly as training
+  did (one set of statistics for every position could not: the steps' statistics differ)."""
+  x = np.random.default_rng(8).normal(size=(5, 3, 4)).astype(np.float32)
   x *= np.array([0.1, 1.0, 3.0], np.float32)[None, :, None]      # Each step its own scale.
   valid = np.array([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 0, 0]], bool)
-  start = {"mean": rng.normal(size=(3, 4)).astype(np.float32),
-           "var": (rng.random((3, 4)) + 0.5).astype(np.float32)}
-  trained, moved = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid),
-                                    jax.tree.map(jnp.asarray, start), True, jnp.arange(3))
-  evaluated, unchanged = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid),
-                                          jax.tree.map(jnp.asarray, start), False, jnp.arange(3))
-  want = (x - start["mean"][None]) / np.sqrt(start["var"][None] + heads.BN_EPSILON)
-  np.testing.assert_allclose(trained, want, atol=1e-5)
-  np.testing.assert_allclose(evaluated, want, atol=1e-5)
-  assert unchanged is None
   own = {"mean": np.stack([x[valid[:, t], t].mean(0) for t in range(3)]),
          "var": np.stack([x[valid[:, t], t].var(0) for t in range(3)])}
+  start = heads.init_stats(3, 4)
+  trained, moved = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid), start, True,
+                                    jnp.arange(3))
   for key in own:
     np.testing.assert_allclose(
         moved[key], heads.BN_MOMENTUM * start[key] + (1 - heads.BN_MOMENTUM) * own[key],
         atol=1e-6)
+  evaluated, _ = heads.batch_norm(jnp.asarray(x), jnp.asarray(valid),
+                                  jax.tree.map(jnp.asarray, own), False, jnp.arange(3))
+  np.testing.assert_allclose(np.asarray(evaluated)[valid], np.asarray(trained)[valid],
+                             atol=1e-5)
 
 
 def test_average_context_is_mean_of_zero_slot_and_earlier_states():
@@ -283,10 +291,10 @@ def test_sentence_alone_equals_sentence_in_padded_batch(name):
 
 
 @pytest.mark.parametrize("name", ALL_SCORES)
-def test_training_rows_never_see_the_other_rows_of_their_batch(name):
-  """In training, a row's log-probs do not depend on the other rows' words or lengths: with
-  length-bucketed batches, which rows are still valid at a step would tell a row when its
-  own sentence ends."""
+def test_training_rows_see_the_other_rows_of_their_batch_only_through_batch_statistics(name):
+  """In training, a row's log-probs depend on the other rows' words or lengths only through
+  the batch norm's statistics (`conv1x1`), which therefore trains on batches of random
+  sentences (`train.check_config`)."""
   config = tiny_config(name)
   params = randomized_params(config)
   tokens, lengths = random_batch(batch_size=3)
@@ -298,7 +306,10 @@ def test_training_rows_never_see_the_other_rows_of_their_batch(name):
 
   base = trained_log_probs(tokens, lengths)
   others = trained_log_probs(tokens.at[1:].set((tokens[1:] + 5) % 23), jnp.array([6, 2, 5]))
-  np.testing.assert_allclose(others, base, atol=1e-6)
+  if models.uses_batch_statistics(config):
+    assert not np.allclose(others, base)
+  else:
+    np.testing.assert_allclose(others, base, atol=1e-6)
 
 
 # --------------------------------------------------------------------------- training

@@ -20,6 +20,7 @@ from attnlm_jax import models
 from attnlm_jax import parallel
 from attnlm_jax import steps
 from attnlm_jax import train
+from attnlm_jax.errors import ConfigError
 import tiny_config
 
 
@@ -41,7 +42,7 @@ def _steps(config, devices, num_steps=3):
 def test_with_fixed_shards_two_devices_compute_bitwise_what_one_does(score):
   assert jax.local_device_count() == 2, "tests/conftest.py sets 2 host devices"
   config = tiny_config.config(model__dropout=0.3, model__score=score, data__batch_size=32,
-                              train__grad_shards=4)
+                              train__grad_shards=4, data__bucket=score != "conv1x1")
   params_2, nll_2 = _steps(config, jax.local_devices())
   params_1, nll_1 = _steps(config, jax.local_devices()[:1])
   assert nll_2 == nll_1
@@ -152,6 +153,19 @@ def test_table_row_configs(score):
   assert pathlib.Path(ptb.data.data_dir) == tiny_config.REPO.parent / "shared/data/ptb"
   small = _load("ptb_small.py", f"score={score}")   # The ptb_cpu table: conv1x1 starts lower.
   assert small.train.learning_rate == (0.5 if score == "conv1x1" else 1.0)
+  # conv1x1's batch norm trains on batches of random sentences (`check_config`).
+  assert [c.data.bucket for c in (ptb, wt2, small)] == [score != "conv1x1"] * 3
+
+
+def test_batch_statistics_refuse_batches_bucketed_by_length():
+  for score, bucket, refused in (("conv1x1", True, True), ("conv1x1", False, False),
+                                 ("combined", True, False)):
+    config = tiny_config.config(model__score=score, model__vocab_size=50, data__bucket=bucket)
+    if refused:
+      with pytest.raises(ConfigError, match="when its own sentence ends.*bucket=false"):
+        train.check_config(config)
+    else:
+      train.check_config(config)
 
 
 def test_unknown_config_argument_is_rejected():

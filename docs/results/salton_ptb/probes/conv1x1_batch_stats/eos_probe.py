@@ -1,12 +1,13 @@
 """What the batch norm's batch statistics told the `conv1x1` row trained with them.
 
-Run with the code that trained it (git checkout e130247), from the repository root:
+From the repository root:
   python docs/results/salton_ptb/probes/conv1x1_batch_stats/eos_probe.py WORKDIR 40
-WORKDIR: the row's run directory (its best checkpoint, epoch 11, is read). Prints one JSON
-line: the perplexity of the first 40 training batches of a fixed epoch (dropout off), of its
-`<eos>` targets (mean NLL) and of the other tokens, with the batch norm normalising by the
-running statistics (evaluation) or by each step's batch statistics (training at e130247),
-over batches bucketed by length (as trained) or of random sentences.
+WORKDIR: the run directory of the row that trained on bucketed batches (this directory's
+config.json and metrics.jsonl; its best checkpoint, epoch 11, is read). Prints one JSON line
+(eos_probe.json): the perplexity of the first 40 training batches of a fixed epoch (dropout
+off), of their `<eos>` targets (mean NLL, probability) and of the other tokens, with the batch
+norm normalising by the running statistics (evaluation) or by each step's batch statistics
+(training), over batches bucketed by length (as trained) or of random sentences.
 """
 import json
 import sys
