@@ -17,6 +17,7 @@ refused before anything is written.
 """
 
 import json
+import os
 from typing import Any, Optional
 
 from absl import logging
@@ -64,6 +65,8 @@ class Checkpoints:
                                       keep_checkpoints_without_metrics=False)]),
         best_fn=lambda m: m[METRIC], best_mode="min",
         cleanup_tmp_directories=not read_only, read_only=read_only, create=not read_only)
+    if "://" not in str(workdir):          # Orbax needs a local path to be absolute.
+      workdir = os.path.abspath(os.path.expanduser(workdir))
     self.directory = epath.Path(workdir) / CHECKPOINT_DIR
     self._unreadable_directory = epath.Path(workdir) / UNREADABLE_DIR
     self._manager = ocp.CheckpointManager(

@@ -46,6 +46,18 @@ def test_keeps_latest_and_best_and_round_trips(tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
+def test_a_relative_workdir_is_read_from_the_current_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  ckpt = checkpoints.Checkpoints("run")
+  ckpt.save(3, _state(3), {"epoch": 1}, 7.0)
+  ckpt.wait()
+  ckpt.close()
+  reader = checkpoints.Checkpoints(epath.Path("run"), read_only=True)
+  state, _ = reader.restore(reader.best_step(), _state(0))
+  np.testing.assert_array_equal(state["params"]["embed"], _state(3)["params"]["embed"])
+  assert (tmp_path / "run" / "checkpoints" / "3").is_dir()
+
+
 def test_refuses_another_vocabulary(tmp_path):
   vocab_lib.Vocabulary.build([["a", "b"]]).save(tmp_path / checkpoints.VOCAB_FILE)
   other = vocab_lib.Vocabulary.build([["a", "c"]])
