@@ -264,7 +264,8 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "overrides": dict(row.overrides), "model": _config_text(row),
             "command": row_command(row, workdir), "status": table_page.NOT_STARTED, "params": None,
             "num_epochs": config.train.num_epochs if config else None,
-            "learning_rate": config.train.learning_rate if config else None, "epochs_run": None,
+            "learning_rate": config.train.learning_rate if config else None,
+            "bucket": config.data.get("bucket") if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
             "ran_on": [], "code_versions": [], "epoch_seconds": {}, "fastest_epoch_seconds": {}, "paper": None,
             "differences": None}

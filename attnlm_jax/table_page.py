@@ -103,6 +103,17 @@ def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
           f"{usual})." for rate, names in by_rate.items()]
 
 
+def _batching_notes(rows: Sequence[dict]) -> list[str]:
+  """results.md's note on the rows that train on batches of random sentences where the others'
+  are bucketed by length (the `conv1x1` batch norm needs them: docs/models.md)."""
+  random_rows = [f"`{r['name']}`" for r in rows if r.get("bucket") is False]
+  if not random_rows or not any(r.get("bucket") for r in rows):
+    return []
+  return [f"- {' and '.join(random_rows)} train{'s' if len(random_rows) == 1 else ''} on "
+          "batches of random sentences, the other rows on batches of sentences of similar "
+          "length (docs/models.md)."]
+
+
 def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
   """results.md's notes on where the rows trained: one line per place, naming its rows, each
   with its fastest and median seconds of an epoch there when known, or, for a running row
@@ -177,6 +188,7 @@ def format_markdown(summary: dict) -> str:
            "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
   notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
   notes += _learning_rate_notes(summary["rows"])
+  notes += _batching_notes(summary["rows"])
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
   notes += [_diverged_note(r) for r in summary["rows"] if _is_diverged(r)]
   notes += _ran_on_notes(summary["rows"])

@@ -551,6 +551,16 @@ def test_learning_rate_notes_by_hand():
       "- `f` starts at learning rate 0.5 (its config; the other rows at 1.0)."]
 
 
+def test_batching_notes_by_hand():
+  notes = table_page._batching_notes  # pylint: disable=protected-access
+  rows = [{"name": "a", "bucket": True}, {"name": "b", "bucket": False},
+          {"name": "c", "bucket": None}, {"name": "d", "bucket": False}]
+  assert notes(rows) == ["- `b` and `d` train on batches of random sentences, the other rows "
+                         "on batches of sentences of similar length (docs/models.md)."]
+  assert notes(rows[:3])[0].startswith("- `b` trains on batches of random sentences")
+  assert notes(rows[1:]) == [] and notes(rows[:1]) == []   # all alike: nothing to say
+
+
 def test_ran_on_notes_by_hand():
   """Each place names its rows with their times there; a running row with no epoch timed
   there yet (just resumed, or its epoch split with another place) says so; a finished row
