@@ -17,7 +17,6 @@ refused before anything is written.
 """
 
 import json
-import os
 from typing import Any, Optional
 
 from absl import logging
@@ -30,6 +29,7 @@ from orbax.checkpoint import checkpoint_managers
 from attnlm_jax import errors
 from attnlm_jax import logging_utils
 from attnlm_jax import models
+from attnlm_jax.data import locations
 from attnlm_jax.data import vocab as vocab_lib
 
 CONFIG_FILE = "config.json"
@@ -65,8 +65,7 @@ class Checkpoints:
                                       keep_checkpoints_without_metrics=False)]),
         best_fn=lambda m: m[METRIC], best_mode="min",
         cleanup_tmp_directories=not read_only, read_only=read_only, create=not read_only)
-    if "://" not in str(workdir):          # Orbax needs a local path to be absolute.
-      workdir = os.path.abspath(os.path.expanduser(workdir))
+    workdir = locations.absolute(str(workdir))   # Orbax needs a local path to be absolute.
     self.directory = epath.Path(workdir) / CHECKPOINT_DIR
     self._unreadable_directory = epath.Path(workdir) / UNREADABLE_DIR
     self._manager = ocp.CheckpointManager(

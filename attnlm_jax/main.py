@@ -27,7 +27,6 @@ during training (a preemption, Ctrl-C) saves the run and ends it with one `stopp
 line and status 143 or 130 (`preemption.py`); rerunning the same command resumes.
 """
 
-import os
 import sys
 
 from absl import app
@@ -53,6 +52,7 @@ from attnlm_jax import rescoring
 from attnlm_jax import tagger
 from attnlm_jax import testtime
 from attnlm_jax import train
+from attnlm_jax.data import locations
 
 config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. configs/ptb.py or configs/ptb.py:score=combined; "
@@ -169,26 +169,19 @@ def _parse_flags(argv: list[str]) -> list[str]:
     _fail(f"bad --config: {e}")
 
 
-def absolute(path: str) -> str:
-  """A local path made absolute (`~` expanded); "" and URLs (`gs://...`) as they are."""
-  if not path or "://" in path:
-    return path
-  return os.path.abspath(os.path.expanduser(path))
-
-
 def _resolve_paths() -> None:
   """Makes the path flags and the config's directories absolute (from the current
   directory), before anything reads or records them."""
   for name in PATH_FLAGS:
     if FLAGS[name].value:
-      FLAGS[name].value = absolute(FLAGS[name].value)
+      FLAGS[name].value = locations.absolute(FLAGS[name].value)
   for name in PATH_LIST_FLAGS:
-    FLAGS[name].value = [absolute(p) for p in FLAGS[name].value]
+    FLAGS[name].value = [locations.absolute(p) for p in FLAGS[name].value]
   config = _config()
   if config is not None and "data" in config:
     for field in CONFIG_PATHS:
       if isinstance(config.data.get(field), str):
-        config.data[field] = absolute(config.data[field])
+        config.data[field] = locations.absolute(config.data[field])
 
 
 def _config():

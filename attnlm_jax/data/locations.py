@@ -1,4 +1,5 @@
-"""Where the corpora live: the data root, each corpus's directory in it, how to download it.
+"""Where the corpora live: the data root, each corpus's directory in it, how to download it;
+and `absolute`, how a local path given by a user is read.
 
 The data root is `$ATTNLM_DATA_DIR` when set, else `$XDG_DATA_HOME/attnlm_jax`, else
 `~/.local/share/attnlm_jax`. `python -m attnlm_jax.data.download --corpus=NAME` fills it with
@@ -27,6 +28,13 @@ CORPORA = {
     "conll2000": Corpus("CoNLL-2000", "pos/conll2000"),
     "treebank_sample": Corpus("NLTK's Penn Treebank sample", "pos/treebank_sample/tagged"),
 }
+
+
+def absolute(path: str) -> str:
+  """A local path made absolute (`~` expanded); "" and URLs (`gs://...`) as they are."""
+  if not path or "://" in path:
+    return path
+  return os.path.abspath(os.path.expanduser(path))
 
 
 def data_root() -> epath.Path:
