@@ -3,8 +3,9 @@
 Layout of a workdir:
     config.json        the config of the run (vocab_size filled in), written once
     vocab.json         the vocabulary (`Vocabulary.save`), written once
-    checkpoints/<step>/  Orbax checkpoints: `state` (params, opt_state, rng, step) and `meta`
-                       (JSON: epoch, data iterator position, learning rate, early stopping)
+    checkpoints/<step>/  Orbax checkpoints: `state` (params, opt_state with its learning rate,
+                       rng, step; the rows' carry under the stream protocol) and `meta` (JSON:
+                       epoch, data iterator position, training time, early stopping)
     unreadable_checkpoints/<step>/  checkpoints a resume found unreadable, set aside
 
 The manager saves every `save_every_steps` steps and at the end of every epoch (with the
@@ -91,8 +92,9 @@ class Checkpoints:
 
     Args:
       step: the number of training steps taken.
-      state: {"params", "opt_state", "rng", "step"} (host or single-device arrays).
-      meta: epoch, iterator position, learning rate, early stopping (JSON-serialisable).
+      state: {"params", "opt_state", "rng", "step"} and, under the stream protocol, "carry"
+        (host or single-device arrays).
+      meta: epoch, iterator position, training time, early stopping (JSON-serialisable).
       valid_perplexity: given at epoch ends; makes the checkpoint a candidate for "best".
     """
     metrics = None if valid_perplexity is None else {METRIC: float(valid_perplexity)}

@@ -1,11 +1,13 @@
 """Token losses and perplexities of the sentence-level language models.
 
-Every row of a batch is one sentence: `targets[b, t]` for `t < lengths[b]` are its predicted
-tokens (the words, then `<eos>`), the rest is padding. From the per-token negative
+A row of a batch is one sentence (or, under the document and stream spans, a run of them):
+`targets[b, t]` for `t < lengths[b]` are its predicted tokens (the words, then `<eos>`), the
+rest is padding. From the per-token negative
 log-likelihoods this module computes
 
 - the training loss: sum of the masked token NLL divided by the number of rows (the papers'
-  "normalised by mini-batch size"), whose gradient is clipped at global norm 5;
+  "normalised by mini-batch size"), whose gradient is clipped at global norm
+  `config.train.grad_clip` (the papers' 5);
 - `perplexity = exp(sum NLL / predicted tokens)`, the standard perplexity;
 - `perplexity_paper_convention = exp(sum of NLL without each sentence's first token /
   predicted tokens)`: the rule of the papers' released code, which never predicted the first

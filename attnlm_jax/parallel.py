@@ -1,7 +1,7 @@
 """Data parallelism: laying arrays out on the devices and taking them back.
 
 `jax.pmap` takes and returns *stacked* arrays, [devices, ...] with entry i on device i. The
-training step also runs one jitted program per device (`train.TrainStep`), which takes each
+training step also runs one jitted program per device (`steps.TrainStep`), which takes each
 device's own entry of a stacked array (`device_views`) and whose per-device outputs are put
 back together without a copy (`stack_views`). Batches go to the devices ahead of use
 (`prefetch`), so the copy overlaps the step that runs.

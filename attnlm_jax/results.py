@@ -1,7 +1,7 @@
 """The papers' published perplexities, and finished runs laid beside them.
 
-`PAPER_RESULTS` holds the test (and validation) perplexities the papers print (see
-../shared/notes/models.md, "What the tables claim"). The two Salton papers computed them
+`PAPER_RESULTS` holds the test (and validation) perplexities the papers print (the tables of
+docs/reproduce.md, "The tables"). The two Salton papers computed them
 with their released code's rule, which never predicts a sentence's first word but divides by
 every token (`losses.py`, `perplexity_paper_convention`); Zaremba et al. predicted every token
 of the stream (the standard rule); the DAS and convolutional-attention papers do not say. A
@@ -252,14 +252,6 @@ def read_run(workdir) -> dict:
                                                             for s in starts)))),
           "diverged": {key: diverged[key] for key in ("step", "learning_rate", "reason")}
                       if diverged else None}
-
-
-def find_runs(root) -> list[epath.Path]:
-  """The training workdirs directly inside `root` (those holding a metrics file), sorted."""
-  root = epath.Path(str(root))
-  if not root.is_dir():
-    return []
-  return sorted(p for p in root.iterdir() if (p / logging_utils.METRICS_FILE).exists())
 
 
 def is_finished(workdir) -> bool:

@@ -130,7 +130,7 @@ class Score:
   attend: the score function, or None for models without attention.
   params: parameter name -> (shape, initialiser); shapes use "H" (hidden size) and "S" (the
     number of memory slots after the zero slot, max_len - 1); initialisers are "uniform"
-    (U(-init_scale, init_scale)), "zeros" and "ones".
+    (U(-init_scale, init_scale)), "xavier" (`nn.xavier_init`), "zeros" and "ones".
   head: the output layer the context feeds (a key of `heads.HEADS`).
   recurrence: the attentions that run inside the LSTM step and feed the recurrence, a subset
     of ("das", "lstmn") (see `recurrent.py`); empty for models whose context feeds only the

@@ -4,7 +4,8 @@
         --histories=35,350,3500 --tokens=20 --span=2000]
 
 Latency: `models.step` (jitted, batch 1, evaluation mode) after `history` tokens have been
-fed, with a memory of `history + 1` slots (the zero slot and the whole history); the median
+fed, with a memory of `history + 1` slots (the zero slot and the whole history; `single` and
+`average` keep a running summary of fixed size instead, `models.init_state`); the median
 wall time of `--tokens` steps, each waited for (generation feeds every sampled token back).
 
 Peak memory for a `--span`-token memory span, each in a fresh subprocess whose maximum
@@ -65,7 +66,8 @@ def feed(params, config, state, tokens: jax.Array):
 
 
 def step_latency(shape_name: str, score: str, history: int, num_tokens: int) -> float:
-  """Median seconds of one `models.step` after `history` tokens (memory: history + 1 slots)."""
+  """Median seconds of one `models.step` after `history` tokens (a memory of history + 1
+  slots where the score keeps one)."""
   config = model_config(shape_name, score)
   params = models.init(jax.random.PRNGKey(0), config)
   rng = np.random.default_rng(0)

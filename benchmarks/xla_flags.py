@@ -4,8 +4,8 @@
         --rounds 2 --flag_sets=default,no_thunk_runtime]
 
 XLA reads `XLA_FLAGS` once, at start-up, so every flag set (`FLAG_SETS`) runs in a fresh
-subprocess. There the pmapped `train.train_step` and `train.eval_step` of benchmarks.throughput
-run on the same padded PTB batches (the first `--steps` batches of epoch 1, batch 32), each
+subprocess. There the data-parallel `steps.TrainStep` and the pmapped `steps.eval_step` of
+benchmarks.throughput run on the same padded PTB batches (the first `--steps` batches of epoch 1, batch 32), each
 timed `--repeats` times after warm-up (the median counts). The flag sets alternate round by
 round for `--rounds` rounds, the default first in each, and the figure of a set is its median
 over the rounds.

@@ -23,6 +23,7 @@ def get_config(arg=None):
   config.model.dropout = 0.1               # Light dropout for a small model.
   config.model.score = args.score          # The attention score.
   config.model.forget_bias = 1.0 if args.score == "average" else 0.0  # Averaging LM: 1.0.
+  config.data.bucket = args.score != "conv1x1"  # conv1x1's batch norm: random sentences.
   config.train.lr_decay_after = 4          # Halve the learning rate after epoch 4.
   config.train.grad_shards = 2            # The same run on 1 and 2 devices.
   config.train.num_epochs = 8              # At most 8 epochs (~15 s each on 2 cores).

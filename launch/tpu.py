@@ -74,7 +74,8 @@ class LaunchError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class LaunchSpec:
-  """Everything the commands are built from; one field per command-line flag."""
+  """Everything the commands are built from: a field per command-line flag, but for
+  `--dry_run` (print instead of run) and `--delete_after` (folded into `steps`)."""
 
   config: str
   workdir: str

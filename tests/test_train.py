@@ -143,7 +143,7 @@ def test_table_row_configs(score):
     assert (config.data.batch_size, config.data.max_len) == (32, 35)
     assert config.train.grad_clip == 5.0 and config.train.patience == 10
   # The papers' first learning rate, except PTB's `average` (it does not learn at 1.0) and
-  # `conv1x1` (whether it diverges at 1.0 depends on the CPU's rounding).
+  # `conv1x1` (at 1.0 it does not learn in its first 400 steps).
   assert ptb.train.learning_rate == (0.5 if score in ("average", "conv1x1") else 1.0)
   assert wt2.train.learning_rate == 1.0
   assert (ptb.model.hidden_size, ptb.model.num_layers, ptb.model.dropout) == (650, 2, 0.5)
@@ -154,7 +154,8 @@ def test_table_row_configs(score):
   small = _load("ptb_small.py", f"score={score}")   # The ptb_cpu table: conv1x1 starts lower.
   assert small.train.learning_rate == (0.5 if score == "conv1x1" else 1.0)
   # conv1x1's batch norm trains on batches of random sentences (`check_config`).
-  assert [c.data.bucket for c in (ptb, wt2, small)] == [score != "conv1x1"] * 3
+  demo = _load("demo.py", f"score={score}")
+  assert [c.data.bucket for c in (ptb, wt2, small, demo)] == [score != "conv1x1"] * 4
 
 
 def test_batch_statistics_refuse_batches_bucketed_by_length():

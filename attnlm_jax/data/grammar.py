@@ -119,8 +119,6 @@ _PRONOUNS = {("a", SG): ("he", "she"), ("i", SG): ("it",), ("a", PL): ("they",),
 
 NOUN_NUMBER: dict[str, int] = {
     form: number for pair in _ANIMATE_NOUNS + _THING_NOUNS for number, form in enumerate(pair)}
-_NOUN_ANIMACY = {**{f: "a" for p in _ANIMATE_NOUNS for f in p},
-                 **{f: "i" for p in _THING_NOUNS for f in p}}
 
 
 def _verb_table() -> dict[str, tuple[str, int | None, str | None]]:

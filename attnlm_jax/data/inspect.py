@@ -29,8 +29,9 @@ _DATA_DIR = flags.DEFINE_string("data_dir", "", "Directory holding the corpus fi
                                 "('' for the embedded corpus).")
 _CORPUS = flags.DEFINE_enum("corpus", None, corpus_lib.CORPORA,
                             "Corpus layout; detected from --data_dir when omitted.")
-_SPAN = flags.DEFINE_enum("span", "sentence", pipeline.SPANS, "Batch rows: sentences, or "
-                          "consecutive sentences of a document packed up to --max_len.")
+_SPAN = flags.DEFINE_enum("span", "sentence", ("sentence", "document"), "Batch rows: "
+                          "sentences, or consecutive sentences of a document packed up to "
+                          "--max_len (the stream protocol's windows are never padded).")
 _MAX_LEN = flags.DEFINE_integer("max_len", 35, "Training truncation length (paper: 35).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Rows per batch (paper: 32).")
 _SEED = flags.DEFINE_integer("seed", 0, "Data seed of the epoch-0 training order.")
