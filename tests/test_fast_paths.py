@@ -125,17 +125,23 @@ def test_prefix_form_equals_the_buffer_form_with_gradients(name, zero_slot):
                              atol=1e-5)
 
 
-def test_prefix_form_keeps_attention_weights_available():
-  config = tiny_config("single", streaming_min_len=1)
+def test_prefix_form_gives_the_attention_weights_of_the_buffer_form():
+  configs = [tiny_config("single", streaming_min_len=m) for m in (1, 10**6)]
+  params = random_params(configs[1])
   tokens, lengths = random_batch()
-  _, weights = models.apply(random_params(config), config, tokens, lengths,
-                            return_attention=True)
-  assert weights.shape == (3, NUM_STEPS, NUM_STEPS)
+  prefix, buffer = [np.asarray(models.apply(params, c, tokens, lengths,
+                                            return_attention=True)[1]) for c in configs]
+  assert prefix.shape == buffer.shape == (3, NUM_STEPS, NUM_STEPS)
+  mask = real(lengths, NUM_STEPS)
+  np.testing.assert_allclose(prefix[mask], buffer[mask], atol=1e-6)
+  np.testing.assert_allclose(prefix[mask].sum(-1), 1.0, atol=1e-5)
+  assert not np.any(np.triu(prefix, k=1))          # step t attends to slots 0..t only
 
 
 def test_prefix_form_memory_grows_linearly_with_the_span():
-  """XLA's buffer estimate for one 2,048-token row: the [T, L] weights of the buffer form
-  (16 MiB here) against O(T H) for the prefix form."""
+  """XLA's buffer estimate for one row of 1,024 and 2,048 tokens: the [T, L] weights of the
+  buffer form (16 MiB at 2,048) grow with the square of the span, the prefix form's O(T H)
+  linearly."""
   def temp_bytes(streaming_min_len, num_steps=2048):
     config = tiny_config("single", streaming_min_len=streaming_min_len, vocab_size=5)
     params = models.init(jax.random.key(0), config)
@@ -146,6 +152,8 @@ def test_prefix_form_memory_grows_linearly_with_the_span():
   prefix, buffer = temp_bytes(1), temp_bytes(10**6)
   assert buffer > 2048 * 2048 * 4
   assert prefix < buffer / 8
+  assert prefix / temp_bytes(1, 1024) == pytest.approx(2, rel=0.1)
+  assert buffer / temp_bytes(10**6, 1024) == pytest.approx(4, rel=0.1)
 
 
 # --------------------------------------------------------------------------- cached keys

@@ -246,9 +246,15 @@ def test_sdist_without_the_config_is_refused(tmp_path):
   assert "does not contain configs/ptb.py" in result.stderr.strip()
 
 
-def test_stray_positional_argument_is_refused():
-  result = _launch(*(f"--{k}={v}" for k, v in GOOD.items()), "--config.x", "1", "--dry_run")
-  assert result.returncode != 0 and result.stderr.count("\n") == 1
+@pytest.mark.parametrize("stray, message", [
+    (("--config.x", "1"), "error: config override '--config.x' has no value: write "
+                          "--config.x=VALUE"),
+    (("stray",), "error: unexpected argument 'stray': flags take --name=value, and config "
+                 "overrides --config.NAME=VALUE"),
+])
+def test_stray_positional_argument_is_refused(stray, message):
+  result = _launch(*(f"--{k}={v}" for k, v in GOOD.items()), *stray, "--dry_run")
+  assert result.returncode != 0 and result.stderr.splitlines() == [message]
 
 
 def test_a_failing_step_stops_the_run_with_one_line_naming_it(tmp_path):

@@ -145,6 +145,7 @@ def test_generate_is_reproducible_for_a_seed(workdir):
   first = _main(*args, "--seed=3").stdout.strip()
   assert first == _main(*args, "--seed=3").stdout.strip()
   assert first.split()[0] == "the" and len(first.split()) == 21
+  assert first != _main(*args, "--seed=4").stdout.strip()     # the seed is what decides
 
 
 @pytest.mark.parametrize("flag, message", [
@@ -172,7 +173,16 @@ def test_analyze_writes_heatmap_entropy_and_probe_files(workdir, tmp_path):
   written = {p.name for p in (out / "analysis").iterdir()}
   assert {"attention.png", "attention.json", "entropy.png", "entropy.json"} <= written
   assert any(name.startswith("probe") and name.endswith(".png") for name in written)
-  assert summary
+  assert set(summary["files"]) == written
+  [heatmap] = json.loads((out / "analysis" / "attention.json").read_text())
+  assert heatmap["sentence"] == "the keys to the cabinet are on the table"
+  [(label, weights)] = heatmap["models"].items()
+  for row in weights["weights"]:          # each predicted word's weights over its slots
+    assert sum(w for w in row if w is not None) == pytest.approx(1.0, abs=1e-4)
+  entropy = summary["entropy"][label]     # attention is never flatter than uniform
+  assert 0 <= entropy["entropy"] <= entropy["uniform_entropy"]
+  for accuracies in summary["probe"].values():
+    assert 0 <= accuracies[label] <= 1
 
 
 def test_pages_only_rewrites_a_table_in_training_and_trains_nothing(tmp_path):

@@ -128,11 +128,19 @@ def test_log_ticks_bracket_the_data_with_round_values(low, high, expected):
   assert results.log_ticks(low, high) == pytest.approx(expected)
 
 
-def test_plot_valid_curves_draws_runs_with_epochs(tmp_path):
+def test_plot_valid_curves_draws_runs_with_epochs(tmp_path, monkeypatch):
+  results.plot_valid_curves({"a": [[1, 150.0], [2, 120.0]], "b": []}, tmp_path / "c.png", "t")
+  assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+  drawn = []
+  monkeypatch.setattr(results.analysis, "save_figure", lambda fig, path: drawn.append(fig))
   results.plot_valid_curves({"a": [[1, 150.0], [2, 120.0]], "b": []}, tmp_path / "c.png", "t")
   results.plot_valid_curves({"b": []}, tmp_path / "empty.png", "t")
-  for name in ("c.png", "empty.png"):
-    assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+  curves, empty = drawn[0].axes[0], drawn[1].axes[0]
+  [line] = curves.get_lines()                     # "b" has no epochs: no line
+  assert (line.get_label(), list(line.get_xdata()), list(line.get_ydata())) == (
+      "a", [1, 2], [150.0, 120.0])
+  assert not empty.get_lines()
+  assert [text.get_text() for text in empty.texts] == ["no epoch finished yet"]
 
 
 @pytest.mark.parametrize("epochs", [1, 2, 28])

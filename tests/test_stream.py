@@ -146,23 +146,20 @@ def test_untied_softmax_is_its_own_matrix():
   assert "softmax" not in tied_params
 
 
-def test_stream_evaluation_predicts_every_token_once_on_two_devices():
-  config, params = _model("combined", "parallel", vocab_size=372)
-  data = data_lib.load(_data_config())
-  result = steps.Evaluator(config)(parallel.replicate(params), data, "valid", 6)
-  assert result["tokens"] == len(data.split("valid").tokens)
-  assert 1 < result["perplexity"] < 372 * 10
-
-
-def test_stream_log_probs_sum_to_the_evaluation_nll():
-  """What interpolation mixes (`evaluate.split_log_probs`) is what evaluation scores."""
+@pytest.mark.parametrize("score", ["single", "combined"])
+def test_stream_evaluation_predicts_every_token_once_on_two_devices(score):
+  """Evaluation's windows, split over two devices, score each token of the split once: the
+  per-token log-probs (`evaluate.split_log_probs`, what interpolation mixes) fill every
+  position of the split and sum to the evaluation's NLL."""
   from attnlm_jax import evaluate  # pylint: disable=g-import-not-at-top
-  model_config, params = _model("single", "parallel", vocab_size=372)
+  assert jax.local_device_count() == 2
+  model_config, params = _model(score, "parallel", vocab_size=372)
   data = data_lib.load(_data_config())
   config = ml_collections.ConfigDict({"model": model_config, "data": _data_config()})
   model = evaluate.TrainedModel(config, data.vocab, params, step=1)
   tokens, log_probs = evaluate.split_log_probs(model, "valid")
   np.testing.assert_array_equal(tokens, data.split("valid").tokens)
-  assert np.all(log_probs < 0)
+  assert np.all(log_probs < 0)                      # every position was written
   result = steps.Evaluator(model_config)(parallel.replicate(params), data, "valid", 6)
+  assert result["tokens"] == len(tokens)
   assert -log_probs.sum() == pytest.approx(result["nll"], rel=1e-5)

@@ -262,6 +262,7 @@ def test_an_empty_sentence_scores_its_eos_alone_or_beside_others(tagged_lm):
 def test_sampling_with_tags_is_reproducible(tagged_lm):
   first = evaluate.generate(tagged_lm, "the keys", 8, 1.0, 3)
   assert len(first) == 8 and first == evaluate.generate(tagged_lm, "the keys", 8, 1.0, 3)
+  assert first != evaluate.generate(tagged_lm, "the keys", 8, 1.0, 4)
 
 
 def test_pos_tags_without_a_tagger_is_a_one_line_error():

@@ -590,6 +590,16 @@ def test_cli_evaluate_with_a_cache_and_with_dynamic_evaluation(table_dir):
   dynamic = json.loads(result.stdout.splitlines()[-1])
   assert dynamic["method"] == "dynamic_sgd" and dynamic["learning_rate"] == 0.1
   assert dynamic["model_perplexity"] == pytest.approx(cached["model_perplexity"], rel=1e-5)
+  # The command line prints what the libraries compute with the same settings.
+  model = evaluate.load(workdir)
+  library_cache = cache.evaluate_split(model, "test", 100, theta=0.3, lam=0.1)
+  library_dynamic = dynamic_eval.evaluate_split(model, "test", "sgd", learning_rate=0.1,
+                                                decay=0.0, window=100)
+  for printed, computed in ((cached, library_cache), (dynamic, library_dynamic)):
+    for key in ("perplexity", "perplexity_paper_convention", "model_perplexity"):
+      assert printed[key] == pytest.approx(computed[key], rel=1e-6), key
+  assert cached["perplexity"] != cached["model_perplexity"]
+  assert dynamic["perplexity"] != dynamic["model_perplexity"]
 
 
 def test_cli_refuses_the_cache_with_dynamic_evaluation(table_dir):

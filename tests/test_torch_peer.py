@@ -1,4 +1,9 @@
-"""The PyTorch peer of the benchmarks computes the same loss and gradients as the JAX model."""
+"""The PyTorch peer of the benchmarks computes the same loss and gradients as the JAX model,
+and the benchmarks set it beside the project's own loop."""
+
+import json
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -9,12 +14,16 @@ from attnlm_jax import losses
 from attnlm_jax import models
 
 torch = pytest.importorskip("torch")
+from attnlm_jax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from attnlm_jax import train  # noqa: E402  pylint: disable=g-import-not-at-top
+from benchmarks import epoch  # noqa: E402  pylint: disable=g-import-not-at-top
 from benchmarks import torch_peer  # noqa: E402  pylint: disable=g-import-not-at-top
+import tiny_config  # noqa: E402  pylint: disable=g-import-not-at-top
 
 VOCAB, HIDDEN, STEPS = 29, 8, 7
 
 
-def tiny_config(score):
+def peer_config(score):
   config = models.default_config()
   config.update(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=2, max_len=STEPS,
                 score=score, dropout=0.0)
@@ -42,7 +51,7 @@ def random_batch():
 
 @pytest.mark.parametrize("score", torch_peer.SCORES)
 def test_loss_and_gradients_agree(score):
-  config = tiny_config(score)
+  config = peer_config(score)
   params = random_params(config)
   batch = random_batch()
 
@@ -70,7 +79,7 @@ def test_loss_and_gradients_agree(score):
 @pytest.mark.parametrize("score", ["single", "combined"])
 def test_train_step_is_clipped_sgd(score):
   """One peer step moves every parameter by -lr x the JAX gradient clipped at global norm."""
-  config = tiny_config(score)
+  config = peer_config(score)
   params = random_params(config)
   batch = random_batch()
   grads = jax.grad(lambda p: losses.loss(models.apply(p, config, batch["inputs"],
@@ -90,7 +99,7 @@ def test_train_step_is_clipped_sgd(score):
 
 
 def test_eval_step_is_summed_nll():
-  config = tiny_config("average")
+  config = peer_config("average")
   params = random_params(config)
   batch = random_batch()
   logits = models.apply(params, config, batch["inputs"], batch["lengths"])
@@ -109,7 +118,7 @@ def test_unknown_score_is_a_one_line_error():
 def test_stream_windows_carry_the_state_as_the_jax_model_does():
   """Two windows of the stream protocol, the state carried across: the peer's `window`
   gives the logits of `models.apply_window` (the epoch benchmark's stream peer)."""
-  config = tiny_config("none")
+  config = peer_config("none")
   params = random_params(config)
   rng = np.random.default_rng(1)
   tokens = rng.integers(1, VOCAB, (3, 2 * STEPS)).astype(np.int32)
@@ -132,3 +141,47 @@ def test_window_state_needs_the_plain_lstm():
   state = (torch.zeros(2, 1, HIDDEN), torch.zeros(2, 1, HIDDEN))
   with pytest.raises(torch_peer.PeerError, match="score 'none' under the stream protocol"):
     peer.window(torch.ones(1, 3, dtype=torch.long), torch.tensor([3]), state)
+
+
+@pytest.mark.parametrize("span", ["sentence", "stream"])
+def test_epoch_benchmark_peer_trains_what_the_loop_trains(tmp_path, span):
+  """Without dropout, the PyTorch loop over the benchmark's batches ends at the parameters
+  the project's training loop ends at: both sides do the same work on the same batches."""
+  config = tiny_config.config(model__dropout=0.0, data__span=span,
+                              model__score="none" if span == "stream" else "single")
+  if span == "stream":
+    config.data.update(bucket=False, batch_size=20, eval_batch_size=20)
+  config = epoch.bench_config(config, 4)
+  data = data_lib.load(config.data).first_batches(4)
+  config, _, params = train.prepare(config, tmp_path, data=data)
+  result = train.train_and_evaluate(config, tmp_path, data=data)
+  peer = epoch.TorchLoop(config, params)
+  peer.train_seconds(list(data.train_iterator(1)))
+  trained = torch_peer.jax_layout(peer.model, {name: p.detach() for name, p
+                                               in peer.model.named_parameters()})
+  expected = models.trainable(result["params"])
+  assert jax.tree.structure(trained) == jax.tree.structure(expected)
+  for got, want in zip(jax.tree.leaves(trained), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def _last_json_line(module: str, *args: str) -> dict:
+  """The JSON object that `python -m module args` prints last."""
+  out = subprocess.run([sys.executable, "-m", module, *args], cwd=tiny_config.REPO,
+                       capture_output=True, text=True, check=True).stdout
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def test_epoch_benchmark_sets_the_peer_beside_the_loop():
+  record = _last_json_line("benchmarks.epoch", "--config=configs/demo.py",
+                           "--config.model.hidden_size=16", "--steps=3", "--rounds=1")
+  rates = record["tokens_per_s"]
+  assert record["ratio_jax_over_torch"]["tokens_per_s"] == pytest.approx(
+      rates["jax"] / rates["torch"], rel=1e-2, abs=1e-3)
+  assert record["seconds_per_epoch"]["torch"] > 0
+
+
+def test_step_parts_times_torch_lstm_layers():
+  record = _last_json_line("benchmarks.step_parts", "--shape=ptb_small", "--score=single",
+                           "--vocab_size=50", "--length=4", "--repeats=1")
+  assert record["torch_lstm_layers_ms"] > 0
