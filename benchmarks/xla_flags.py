@@ -28,6 +28,7 @@ import jax
 from attnlm_jax import data as data_lib
 from attnlm_jax import models
 from attnlm_jax.errors import UserError
+from benchmarks import provenance
 from benchmarks import throughput
 from benchmarks.shapes import data_config
 from benchmarks.shapes import model_config
@@ -113,8 +114,8 @@ def main(argv: list[str]) -> None:
       print(json.dumps(step_seconds(FLAGS.shape, FLAGS.score, FLAGS.steps, FLAGS.repeats)))
       return
     record = {"shape": FLAGS.shape, "score": FLAGS.score, "steps": FLAGS.steps,
-              "rounds": FLAGS.rounds, "jax": jax.__version__,
-              "flag_sets": compare(FLAGS.flag_sets, FLAGS.rounds)}
+              "rounds": FLAGS.rounds, "flag_sets": compare(FLAGS.flag_sets, FLAGS.rounds),
+              **provenance.machine_and_command("benchmarks.xla_flags")}
   except (UserError, data_lib.CorpusError) as e:
     sys.exit(f"error: {' '.join(str(e).split())}")
   print(json.dumps(record))
