@@ -2,8 +2,7 @@
 
 A row of a batch is one sentence (or, under the document and stream spans, a run of them):
 `targets[b, t]` for `t < lengths[b]` are its predicted tokens (the words, then `<eos>`), the
-rest is padding. From the per-token negative
-log-likelihoods this module computes
+rest is padding. From the per-token negative log-likelihoods this module computes
 
 - the training loss: sum of the masked token NLL divided by the number of rows (the papers'
   "normalised by mini-batch size"), whose gradient is clipped at global norm

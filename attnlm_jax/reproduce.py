@@ -267,8 +267,8 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "learning_rate": config.train.learning_rate if config else None,
             "bucket": config.data.get("bucket") if config else None, "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(results.RUN_KEYS), "valid_curve": [],
-            "ran_on": [], "code_versions": [], "epoch_seconds": {}, "fastest_epoch_seconds": {}, "paper": None,
-            "differences": None}
+            "ran_on": [], "code_versions": [], "epoch_seconds": {}, "fastest_epoch_seconds": {},
+            "paper": None, "differences": None}
   if row.note:
     record["note"] = row.note
   record.update(row_state(row, workdir))

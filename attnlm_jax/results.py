@@ -1,14 +1,13 @@
 """The papers' published perplexities, and finished runs laid beside them.
 
 `PAPER_RESULTS` holds the test (and validation) perplexities the papers print (the tables of
-docs/reproduce.md, "The tables"). The two Salton papers computed them
-with their released code's rule, which never predicts a sentence's first word but divides by
-every token (`losses.py`, `perplexity_paper_convention`); Zaremba et al. predicted every token
-of the stream (the standard rule); the DAS and convolutional-attention papers do not say. A
-run records both conventions, so `comparison_table` sets each run's numbers under both rules
-beside the printed ones of the same corpus and model, and `paper_differences` sets a run's
-number under the paper's rule (the standard one when the paper does not say) against the
-printed one.
+docs/reproduce.md, "The tables"). The two Salton papers computed them with their released
+code's rule, which never predicts a sentence's first word but divides by every token
+(`losses.py`, `perplexity_paper_convention`); Zaremba et al. predicted every token of the
+stream (the standard rule); the DAS and convolutional-attention papers do not say. A run
+records both conventions, so `comparison_table` sets each run's numbers under both rules beside
+the printed ones of the same corpus and model, and `paper_differences` sets a run's number
+under the paper's rule (the standard one when the paper does not say) against the printed one.
 """
 
 import dataclasses
@@ -211,8 +210,9 @@ def read_run(workdir) -> dict:
      "fastest_epoch_seconds" (the fewest: the cost of an epoch on a quiet machine, where the
      median also counts epochs slowed by compiling or by other work on the machine),
      "code_versions" (the code its sessions trained with, `code_version` of each start
-     record that says, without repeats: [] for logs from before 2026-11-27) and "diverged" (the `diverged` event that ended its last session: {"step", "learning_rate",
-     "reason"}; None when that session did not diverge)}.
+     record that says, without repeats: [] for logs from before 2026-11-27) and "diverged"
+     (the `diverged` event that ended its last session: {"step", "learning_rate", "reason"};
+     None when that session did not diverge)}.
   """
   workdir = epath.Path(str(workdir))
   path = workdir / logging_utils.METRICS_FILE

@@ -5,14 +5,15 @@
 
 XLA reads `XLA_FLAGS` once, at start-up, so every flag set (`FLAG_SETS`) runs in a fresh
 subprocess. There the data-parallel `steps.TrainStep` and the pmapped `steps.eval_step` of
-benchmarks.throughput run on the same padded PTB batches (the first `--steps` batches of epoch 1, batch 32), each
-timed `--repeats` times after warm-up (the median counts). The flag sets alternate round by
-round for `--rounds` rounds, the default first in each, and the figure of a set is its median
-over the rounds.
+benchmarks.throughput run on the same padded PTB batches (the first `--steps` batches of epoch
+1, batch 32), each timed `--repeats` times after warm-up (the median counts). The flag sets
+alternate round by round for `--rounds` rounds, the default first in each, and the figure of a
+set is its median over the rounds.
 
 It prints one JSON line: per flag set its XLA_FLAGS, milliseconds per training and evaluation
 step, and `speedup` = the default's time / this set's time (above 1: the flags help), or the
-error that stopped it (e.g. a flag this jaxlib does not know).
+error that stopped it (e.g. a flag this jaxlib does not know); then the machine and the
+command (`provenance.machine_and_command`).
 """
 
 import json
