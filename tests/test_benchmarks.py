@@ -3,8 +3,6 @@
 make ours ~10% lower), and their command lines print records that add up or a one-line
 error. The PyTorch peer's side of the benchmarks is tested in test_torch_peer.py."""
 
-import json
-import pathlib
 import subprocess
 import sys
 
@@ -16,15 +14,7 @@ import pytest
 from attnlm_jax import losses
 from attnlm_jax import models
 from benchmarks import flops
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _last_json_line(module: str, *args: str) -> dict:
-  """The JSON object that `python -m module args` prints last."""
-  out = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
-                       text=True, check=True).stdout
-  return json.loads(out.strip().splitlines()[-1])
+import tiny_config
 
 
 @pytest.mark.parametrize("score", ["none", "proj", "single", "combined", "average"])
@@ -60,7 +50,7 @@ def test_step_parts_split_the_useful_flops():
 def test_epoch_benchmark_prints_an_epoch_that_adds_up():
   """The command line gives one JSON line whose JAX epoch is its parts' sum (without the
   PyTorch peer, which `test_torch_peer` runs)."""
-  record = _last_json_line(
+  record = tiny_config.last_json_line(
       "benchmarks.epoch", "--config=configs/demo.py", "--config.model.hidden_size=16",
       "--steps=3", "--rounds=1", "--nopeer")
   parts = record["breakdown_seconds_per_epoch"]
@@ -72,7 +62,7 @@ def test_epoch_benchmark_prints_an_epoch_that_adds_up():
 
 
 def test_epoch_benchmark_without_config_is_a_one_line_error():
-  run = subprocess.run([sys.executable, "-m", "benchmarks.epoch"], cwd=REPO,
+  run = subprocess.run([sys.executable, "-m", "benchmarks.epoch"], cwd=tiny_config.REPO,
                        capture_output=True, text=True)
   assert run.returncode != 0
   assert run.stderr.strip().splitlines()[-1] == (
@@ -80,8 +70,9 @@ def test_epoch_benchmark_without_config_is_a_one_line_error():
 
 
 def test_step_parts_prints_rates_that_follow_from_its_timings():
-  record = _last_json_line("benchmarks.step_parts", "--shape=ptb_small", "--score=single",
-                           "--vocab_size=50", "--length=4", "--repeats=1")
+  record = tiny_config.last_json_line("benchmarks.step_parts", "--shape=ptb_small",
+                                      "--score=single", "--vocab_size=50", "--length=4",
+                                      "--repeats=1")
   assert set(record["parts"]) == {"whole", "lstm_layers", "recurrence", "softmax"}
   for part in record["parts"].values():
     assert part["gflops"] == pytest.approx(part["gflop"] / part["ms"] * 1e3, rel=0.01, abs=0.1)
@@ -90,7 +81,7 @@ def test_step_parts_prints_rates_that_follow_from_its_timings():
 
 def test_step_parts_unknown_score_is_a_one_line_error():
   run = subprocess.run([sys.executable, "-m", "benchmarks.step_parts", "--score=nope"],
-                       cwd=REPO, capture_output=True, text=True)
+                       cwd=tiny_config.REPO, capture_output=True, text=True)
   assert run.returncode != 0
   assert run.stderr.strip().splitlines()[-1].startswith("error: unknown score 'nope'")
 

@@ -1,10 +1,6 @@
 """The PyTorch peer of the benchmarks computes the same loss and gradients as the JAX model,
 and the benchmarks set it beside the project's own loop."""
 
-import json
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -165,16 +161,10 @@ def test_epoch_benchmark_peer_trains_what_the_loop_trains(tmp_path, span):
     np.testing.assert_allclose(got, want, atol=2e-5)
 
 
-def _last_json_line(module: str, *args: str) -> dict:
-  """The JSON object that `python -m module args` prints last."""
-  out = subprocess.run([sys.executable, "-m", module, *args], cwd=tiny_config.REPO,
-                       capture_output=True, text=True, check=True).stdout
-  return json.loads(out.strip().splitlines()[-1])
-
-
 def test_epoch_benchmark_sets_the_peer_beside_the_loop():
-  record = _last_json_line("benchmarks.epoch", "--config=configs/demo.py",
-                           "--config.model.hidden_size=16", "--steps=3", "--rounds=1")
+  record = tiny_config.last_json_line("benchmarks.epoch", "--config=configs/demo.py",
+                                      "--config.model.hidden_size=16", "--steps=3",
+                                      "--rounds=1")
   rates = record["tokens_per_s"]
   assert record["ratio_jax_over_torch"]["tokens_per_s"] == pytest.approx(
       rates["jax"] / rates["torch"], rel=1e-2, abs=1e-3)
@@ -182,6 +172,7 @@ def test_epoch_benchmark_sets_the_peer_beside_the_loop():
 
 
 def test_step_parts_times_torch_lstm_layers():
-  record = _last_json_line("benchmarks.step_parts", "--shape=ptb_small", "--score=single",
-                           "--vocab_size=50", "--length=4", "--repeats=1")
+  record = tiny_config.last_json_line("benchmarks.step_parts", "--shape=ptb_small",
+                                      "--score=single", "--vocab_size=50", "--length=4",
+                                      "--repeats=1")
   assert record["torch_lstm_layers_ms"] > 0

@@ -1,7 +1,11 @@
-"""A tiny demo config shared by the training tests: seconds per run on a CPU."""
+"""A tiny demo config shared by the training tests: seconds per run on a CPU; and the
+command-line helper of the benchmark tests."""
 
+import json
 import pathlib
 import runpy
+import subprocess
+import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -41,3 +45,10 @@ def flags(**overrides) -> list[str]:
 def must_not_run(*args, **kwargs):
   """A stand-in for training or evaluation where a test must use saved results only."""
   raise AssertionError(f"nothing should be trained or evaluated here: {args} {kwargs}")
+
+
+def last_json_line(module: str, *args: str) -> dict:
+  """The JSON object that `python -m module args`, run from the repository, prints last."""
+  out = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
+                       text=True, check=True).stdout
+  return json.loads(out.strip().splitlines()[-1])
