@@ -356,8 +356,14 @@ class Evaluator:
     if jax.process_count() > 1:
       return [functools.partial(_run_in_order, self._step, params, list(batches.values()))]
     sharding = parallel.stacked_sharding(jax.local_devices())
-    return [functools.partial(_compile, self._step, params, _batch_spec(batch, sharding))
-            for batch in batches.values()]
+    specs = [_batch_spec(batch, sharding) for batch in batches.values()]
+    # A pmapped function makes its program cache at its first use: made here, on the calling
+    # thread (one lowering, which the compilation of that shape reuses), so that compilations
+    # on other threads all fill that one. Two threads making it at once would each fill their
+    # own, and the step would compile again at its first call.
+    if specs:
+      self._step.lower(params, specs[0])
+    return [functools.partial(_compile, self._step, params, spec) for spec in specs]
 
   def __call__(self, params: dict, data, split: str, batch_size: int) -> dict:
     """Evaluates stacked `params` on `split` of `data` (an `LMData`) in batches of
