@@ -243,9 +243,9 @@ def _an_epoch_and_its_evaluation(config, compile_first: bool) -> tuple[list, lis
 
 def test_evaluation_programs_compiled_at_once_on_many_threads_serve_the_evaluation():
   """The evaluation compilations of a new `Evaluator`, all started at the same instant on
-  threads of their own, leave nothing to compile when it evaluates: a pmapped step makes its
-  program cache at its first use, and two threads making it at once would each fill their
-  own, and a shape would compile again at its first call."""
+  threads of their own, leave nothing to compile when it evaluates. A pmapped step makes its
+  program cache at its first use; two threads making it at once would each fill their own,
+  and a shape would compile again at its first call."""
   widths = dict(data__bucket=True, data__width_multiple=2, data__max_len=12,
                 data__eval_batch_size=40)
   config, data, params = train.prepare(tiny_config.config(model__hidden_size=22, **widths),
@@ -269,6 +269,7 @@ def test_evaluation_programs_compiled_at_once_on_many_threads_serve_the_evaluati
         evaluator(stacked, data, split, config.data.eval_batch_size)
     compiled_again += in_evaluation
   assert compiled_again == []
+
 
 def test_the_steps_compiled_before_training_serve_every_batch_width_of_the_epoch():
   """`train.compile_steps` compiles, before the first step, the training step of each
