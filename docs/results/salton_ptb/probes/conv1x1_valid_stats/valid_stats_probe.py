@@ -1,0 +1,58 @@
+"""Validation perplexity of a `conv1x1` checkpoint with its batch norm normalising by the
+running statistics (evaluation, as reported) or by each step's batch statistics (as in
+training), dropout off, over every validation sentence once in batches of 32 random sentences
+(padded to 35 tokens as in training; a longer sentence widens its batch).
+
+From the repository root:
+  python docs/results/salton_ptb/probes/conv1x1_valid_stats/valid_stats_probe.py WORKDIR [SEED]
+WORKDIR: the run directory of the `salton_ptb` row `conv1x1` (its best checkpoint is read;
+valid_stats_probe.json: step 18410, epoch 14, while the row was still training). Prints one
+JSON line: both perplexities and the tokens they cover.
+"""
+import json
+import sys
+
+import jax
+import numpy as np
+
+from attnlm_jax import data as data_lib
+from attnlm_jax import evaluate, losses, models
+from attnlm_jax.data import pipeline
+
+model = evaluate.load(sys.argv[1])
+seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+config = model.config.model.copy_and_resolve_references()
+config.dropout = 0.0
+
+
+@jax.jit
+def with_running_stats(params, batch):
+  logits = models.apply(params, config, batch["inputs"], batch["lengths"])
+  return -losses.token_log_probs(logits, batch["targets"])
+
+
+@jax.jit
+def with_batch_stats(params, batch):
+  logits, _ = models.apply(params, config, batch["inputs"], batch["lengths"], train=True,
+                           mutable=True)
+  return -losses.token_log_probs(logits, batch["targets"])
+
+
+lm_data = data_lib.load(model.config.data, model.vocab)
+split, (starts, lengths) = lm_data.split("valid"), lm_data.units("valid")
+order = np.random.default_rng(seed).permutation(len(starts))
+batches = []
+for first in range(0, len(order), 32):
+  rows = order[first:first + 32]
+  width = max(35, int(lengths[rows].max()))
+  batches.append(pipeline.make_batch(split, starts[rows], lengths[rows], width))
+result = {"checkpoint_step": model.step, "seed": seed,
+          "batches": len(batches)}
+for name, token_nll in (("running", with_running_stats), ("batch", with_batch_stats)):
+  nll = []
+  for batch in batches:
+    mask = np.asarray(losses.token_mask(batch["lengths"], batch["targets"].shape[1]))
+    nll.append(np.asarray(token_nll(model.params, batch))[mask])
+  nll = np.concatenate(nll)
+  result[name] = {"tokens": int(nll.size), "perplexity": float(np.exp(nll.mean()))}
+print(json.dumps(result))
