@@ -19,8 +19,9 @@ off. The two update rules (theta_0: the trained parameters):
   code clips RMS_norm at 1 / lambda) so that it never overshoots theta_0.
 
 The learning rate eta and the decay lambda are chosen on the validation split by a grid
-search (`GRIDS`, extended past an edge its best point lies on by `grid_search`; every
-point's perplexity is returned) and applied unchanged to the split evaluated. Both rules
+search (`GRIDS`, extended past an edge its best point lies on by `grid_search`, and below
+its smallest learning rate where every point diverged; every point's perplexity is
+returned) and applied unchanged to the split evaluated. Both rules
 are one function, `update`: SGD is the RMS rule with sqrt(MS_g) + epsilon = 1 and
 RMS_norm = 1.
 """
@@ -358,7 +359,7 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
     decays = GRIDS[method]["decay"] if decay is None else (decay,)
     grid = grid_search.search(
         lambda point: run_pass(FIT_SPLIT, True, point["learning_rate"], point["decay"]),
-        {"learning_rate": rates, "decay": decays}, extensions)
+        {"learning_rate": rates, "decay": decays}, extensions, retreat=("learning_rate", -1))
     best = min(grid, key=lambda point: point["perplexity"])
     learning_rate, decay = best["learning_rate"], best["decay"]
   tokens = evaluator.data.split(split).tokens

@@ -11,6 +11,11 @@ past the edge. The step continues the axis's last two values geometrically
 rounded to two significant digits and held at the axis's upper bound (`UPPER`). A new
 point that is no better than the best ends the walk on that side (the best is then inside
 the grid); at most `extensions` steps are taken past each edge.
+
+Where every point diverged (an infinite perplexity) there is no best point to walk from. A
+search given a `retreat` (an axis and a side, e.g. the smallest learning rate) then steps
+that axis past that edge at every value of the other axes, at most `extensions` times, until
+a point holds; from there it goes on as above.
 """
 
 import itertools
@@ -35,8 +40,25 @@ def _beyond(values: Sequence[float], side: int, upper: float) -> float | None:
   return min(step, upper) if side > 0 else step
 
 
+def _retreat(grid: list[dict], axes: Mapping[str, Sequence[float]],
+             retreat: tuple[str, int] | None, steps: dict, extensions: int) -> list[dict]:
+  """The points of the next step past the `retreat` edge, one at each value of the other
+  axes (counted in `steps`), or [] where there is none to take."""
+  if retreat is None or steps[retreat] >= extensions:
+    return []
+  axis, side = retreat
+  searched = sorted({point[axis] for point in grid})
+  new = _beyond(searched, side, UPPER.get(axis, math.inf)) if len(searched) > 1 else None
+  if new is None:
+    return []
+  steps[retreat] += 1
+  return [dict(zip(axes, point)) for point in itertools.product(
+      *([new] if name == axis else values for name, values in axes.items()))]
+
+
 def search(score: Callable[[dict], dict], axes: Mapping[str, Sequence[float]],
-           extensions: int = EXTENSIONS) -> list[dict]:
+           extensions: int = EXTENSIONS,
+           retreat: tuple[str, int] | None = None) -> list[dict]:
   """Evaluates the grid `axes` ({axis: values}) and extends it past the edges its best point
   lies on (module docstring).
 
@@ -44,6 +66,8 @@ def search(score: Callable[[dict], dict], axes: Mapping[str, Sequence[float]],
     score: score(point) -> a dict with "perplexity" (inf for a pass that diverged).
     axes: each axis's values, in the order searched (taken as floats).
     extensions: at most this many steps past each edge.
+    retreat: (axis, side: +1 top, -1 bottom): where every point diverged, the edge to step
+      past at every value of the other axes; None ends such a search with its grid.
 
   Returns:
     Every point evaluated, in order: [{**point, **score(point)}].
@@ -55,7 +79,11 @@ def search(score: Callable[[dict], dict], axes: Mapping[str, Sequence[float]],
   while True:
     best = min(grid, key=lambda point: point["perplexity"])
     if not math.isfinite(best["perplexity"]):
-      return grid
+      retreat_points = _retreat(grid, axes, retreat, steps, extensions)
+      if not retreat_points:
+        return grid
+      grid.extend({**point, **score(point)} for point in retreat_points)
+      continue
     for axis, side in steps:
       values = sorted({point[axis] for point in grid})
       at_edge = len(values) > 1 and best[axis] == (values[-1] if side > 0 else values[0])

@@ -72,10 +72,40 @@ def test_two_axes_step_from_the_best_point_with_the_other_axis_held():
   assert [(p["learning_rate"], p["decay"]) for p in grid[6:]] == [(3.3, 0.03), (11.0, 0.03)]
 
 
-def test_a_grid_that_diverged_everywhere_is_not_extended():
+def test_a_grid_that_diverged_everywhere_is_not_extended_without_a_retreat():
   grid = grid_search.search(lambda point: {"perplexity": math.inf},
                             {"learning_rate": [0.1, 1.0]})
   assert values(grid, "learning_rate") == [0.1, 1.0]
+
+
+def diverging_above(rate, minimum):
+  """A score that diverges at a learning rate above `rate` and is a bowl below it."""
+  def score(point):
+    if point["learning_rate"] > rate:
+      return {"perplexity": math.inf}
+    return bowl(learning_rate=minimum, decay=0.03)(point)
+  return score
+
+
+def test_a_grid_that_diverged_everywhere_retreats_at_every_decay_until_a_point_holds():
+  # 0.1 * 0.1 / 0.3 -> 0.033 at each decay (all diverge), then 0.033 ** 2 / 0.1 -> 0.011,
+  # which holds; the walk then goes on from the best, (0.011, 0.03), as past any edge: one
+  # step more down (0.0037, nearer the minimum at 0.002), the third and last past that edge.
+  axes = {"learning_rate": [0.1, 0.3, 1.0], "decay": [0.01, 0.03, 0.1]}
+  grid = grid_search.search(diverging_above(0.02, 0.002), axes, retreat=("learning_rate", -1))
+  assert [(p["learning_rate"], p["decay"]) for p in grid[9:]] == [
+      (0.033, 0.01), (0.033, 0.03), (0.033, 0.1), (0.011, 0.01), (0.011, 0.03), (0.011, 0.1),
+      (0.0037, 0.03)]
+  best = min(grid, key=lambda p: p["perplexity"])
+  assert (best["learning_rate"], best["decay"]) == (0.0037, 0.03)
+
+
+def test_a_retreat_takes_at_most_extensions_steps():
+  axes = {"learning_rate": [0.1, 0.3, 1.0], "decay": [0.01, 0.1]}
+  grid = grid_search.search(diverging_above(1e-9, 1e-10), axes, extensions=2,
+                            retreat=("learning_rate", -1))
+  assert sorted(set(values(grid, "learning_rate"))) == [0.011, 0.033, 0.1, 0.3, 1.0]
+  assert len(grid) == 6 + 2 * 2 and not any(math.isfinite(p["perplexity"]) for p in grid)
 
 
 def test_a_diverging_step_ends_the_walk_on_its_side():

@@ -568,6 +568,18 @@ def test_a_method_that_diverges_at_every_grid_point_reads_diverged(model, monkey
   assert "| single | 0.5, 0.1 | none: every point diverged | none: every point diverged |" in text
 
 
+def test_a_dynamic_search_that_diverges_everywhere_steps_its_learning_rate_down(
+    model, monkeypatch):
+  monkeypatch.setattr(dynamic_eval, "GRIDS", {"sgd": {"learning_rate": (1e6, 3e6),
+                                                      "decay": (0.0, 0.1)}})
+  result = dynamic_eval.evaluate_split(model, "test", "sgd", window=50, extensions=2)
+  # 1e6 * 1e6 / 3e6 -> 3.3e5, then 3.3e5 ** 2 / 1e6 -> 1.1e5, each at both decays.
+  assert [(p["learning_rate"], p["decay"]) for p in result["grid"]] == [
+      (1e6, 0.0), (1e6, 0.1), (3e6, 0.0), (3e6, 0.1), (3.3e5, 0.0), (3.3e5, 0.1),
+      (1.1e5, 0.0), (1.1e5, 0.1)]
+  assert result["perplexity"] == math.inf
+
+
 def test_cli_evaluate_with_a_cache_and_with_dynamic_evaluation(table_dir):
   workdir = table_dir / "none"
   result = _main("--mode=evaluate", f"--workdir={workdir}", "--split=test", "--cache=100",
