@@ -43,6 +43,7 @@ from attnlm_jax import logging_utils
 from attnlm_jax import losses
 from attnlm_jax import models
 from attnlm_jax import parallel
+from attnlm_jax import scores
 from attnlm_jax import steps
 from attnlm_jax.data import batching
 from attnlm_jax.data import pipeline
@@ -109,12 +110,20 @@ def _window_log_probs(params, batch, carry, model_config):
 
 
 def _gradient(params, batch, carry, model_config):
-  """(gradient of the mean NLL of the batch's tokens, (log-probs, carry after the batch))."""
+  """(gradient of the mean NLL of the batch's tokens, (log-probs, carry after the batch)).
+
+  The gradient of a score's inert parameters (`scores.Score.inert`: those training cannot
+  move) is held at 0, so no update rule moves them."""
   def loss_fn(weights):
     log_probs, new_carry = _window_log_probs({**params, **weights}, batch, carry,
                                              model_config)
     return -log_probs.sum() / jnp.maximum(batch["lengths"].sum(), 1), (log_probs, new_carry)
-  return jax.grad(loss_fn, has_aux=True)(models.trainable(params))
+  grads, aux = jax.grad(loss_fn, has_aux=True)(models.trainable(params))
+  inert = scores.get(model_config.score).inert
+  if inert:
+    grads["score"] = {name: jnp.zeros_like(grad) if name in inert else grad
+                      for name, grad in grads["score"].items()}
+  return grads, aux
 
 
 def _adapt(params, anchor, rule, batch, carry, learning_rate, decay, *, model_config):

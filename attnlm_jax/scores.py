@@ -141,6 +141,10 @@ class Score:
   streaming: the context is a softmax-weighted mean of the slots with query-independent
     scores (`key`, or all 0 without one): an O(1) running mean can replace the buffer
     (`memory.RunningMean`).
+  inert: parameters that training cannot move: a batch norm over the batch cancels them, so
+    their training gradient is zero but for rounding. With the running statistics of
+    evaluation they act again, each with the gain 1 / sqrt(running variance), so dynamic
+    evaluation leaves them as trained (`dynamic_eval`).
   """
   attend: Optional[Callable]
   params: dict
@@ -148,6 +152,7 @@ class Score:
   recurrence: tuple[str, ...] = ()
   key: Optional[Callable] = None
   streaming: bool = False
+  inert: tuple[str, ...] = ()
 
   @property
   def feeds_recurrence(self) -> bool:
@@ -166,9 +171,11 @@ SCORE_FUNCTIONS = {
     "single": Score(single, _SCORE_WEIGHTS, "merge", key=single_key, streaming=True),
     "combined": Score(combined, _COMBINED_WEIGHTS, "merge", key=combined_key),
     "average": Score(average, {}, "merge", streaming=True),
-    # The slot weights start at 1, i.e. as the plain `combined` context.
+    # The slot weights start at 1, i.e. as the plain `combined` context. The bias b, added
+    # to every feature of c_t, is cancelled by the batch norm it feeds in training.
     "conv1x1": Score(conv1x1, {**_COMBINED_WEIGHTS, "slot_w": (("S",), "ones"),
-                               "slot_b": ((), "zeros")}, "residual_bn", key=combined_key),
+                               "slot_b": ((), "zeros")}, "residual_bn", key=combined_key,
+                     inert=("slot_b",)),
     # Context feeding the recurrence; the output softmax reads h_t (Cao & Yu eq. 15).
     # DAS LM: attention over the input history joins the LSTM input.
     "das": Score(None, {}, "identity", recurrence=("das",)),

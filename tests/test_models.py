@@ -339,6 +339,26 @@ def test_one_sgd_step_changes_every_parameter(name):
   assert not dead, f"parameters an SGD step leaves unchanged: {dead}"
 
 
+def test_conv1x1_context_bias_is_inert_in_training_and_acts_at_evaluation():
+  """The batch norm over the batch cancels b of c_t = sum_i w_i a_i h_i + b in training (its
+  gradient is 0 but for rounding); with the running statistics of evaluation b acts."""
+  config = tiny_config("conv1x1")
+  params = randomized_params(config)
+  tokens, lengths = random_batch()
+  targets = jnp.roll(tokens, -1, axis=1)
+
+  def bias_gradient(**mode):
+    def loss(bias):
+      full = {**params, "score": {**params["score"], "slot_b": bias}}
+      logits = models.apply(full, config, tokens, lengths, **mode)
+      nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
+      return jnp.sum(nll * (jnp.arange(6)[None] < lengths[:, None]))
+    return abs(float(jax.grad(loss)(params["score"]["slot_b"])))
+
+  assert scores.get("conv1x1").inert == ("slot_b",)
+  assert bias_gradient(train=True, rng=jax.random.key(1)) < 1e-4 * bias_gradient() > 0
+
+
 def test_conv1x1_batch_norm_statistics_move_in_training_mode_only():
   config = tiny_config("conv1x1")
   params = models.init(jax.random.key(0), config)

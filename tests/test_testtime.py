@@ -568,6 +568,18 @@ def test_a_method_that_diverges_at_every_grid_point_reads_diverged(model, monkey
   assert "| single | 0.5, 0.1 | none: every point diverged | none: every point diverged |" in text
 
 
+@pytest.mark.parametrize("method", ("sgd", "rms"))
+def test_dynamic_evaluation_leaves_inert_parameters_as_trained(method):
+  model = tiny_model(model__score="conv1x1")
+  evaluator = dynamic_eval.DynamicEvaluator(model)
+  params = jax.tree.map(jnp.asarray, model.params)
+  adapted, _, _ = evaluator._adapt(params, models.trainable(params), evaluator.rule(method),
+                                   evaluator.windows("valid")[0].batch, None,
+                                   np.float32(0.1), np.float32(0.0))
+  assert adapted["score"]["slot_b"] == params["score"]["slot_b"]      # inert: b
+  assert np.any(adapted["score"]["slot_w"] != params["score"]["slot_w"])
+
+
 def test_a_dynamic_search_that_diverges_everywhere_steps_its_learning_rate_down(
     model, monkeypatch):
   monkeypatch.setattr(dynamic_eval, "GRIDS", {"sgd": {"learning_rate": (1e6, 3e6),
