@@ -7,6 +7,8 @@ its context bias b adapted (scores.Score.inert), from its best checkpoint.
 One JSON line per (learning rate, arm, window): the window's NLL per token before its step and
 b after it. Arm "all" steps every trainable parameter (the rule before b was held); arm
 "inert held" is `dynamic_eval`'s step. Needs ATTNLM_DATA_DIR (or the corpus in the data dir).
+bias_probe.jsonl was made from the Intel Xeon run's checkpoint (step 18410,
+`../conv1x1_xeon/`), the row's run directory then.
 """
 import json
 import sys
