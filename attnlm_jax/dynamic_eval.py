@@ -11,7 +11,8 @@ off. The two update rules (theta_0: the trained parameters):
 
 - "sgd" (sec. 4): theta <- theta - eta grad L(s_i) + lambda (theta_0 - theta);
 - "rms" (sec. 5, the RMS-normalised rule): with MS_g the mean squared gradient of each
-  parameter over batches of the training split (`gradient_rms`),
+  parameter over the batches of the training split (`gradient_rms`; every batch, as the
+  authors' code does by default),
       theta <- theta - eta grad L(s_i) / (sqrt(MS_g) + epsilon)
                + min(lambda RMS_norm, 1) (theta_0 - theta),
   RMS_norm = sqrt(MS_g) / mean(sqrt(MS_g)), where the mean is over the parameter arrays of
@@ -56,7 +57,10 @@ FIT_SPLIT = "valid"
 GRIDS = {"sgd": {"learning_rate": (0.1, 0.3, 1.0), "decay": (0.0, 0.01, 0.1)},
          "rms": {"learning_rate": (1e-4, 3e-4, 1e-3), "decay": (0.01, 0.03, 0.1)}}
 EPSILON = 2e-5        # Krause et al.'s epsilon of the RMS rule.
-STAT_BATCHES = 200    # At most this many training batches give MS_g.
+# Training batches that give MS_g: None, every one (Krause et al.'s code, --max_batches -1);
+# a number caps them at that many, evenly spaced. A cap of 200 left the embedding rows of the
+# words no sampled batch held with MS_g near 0, and the rule diverged on them (docs/testtime.md).
+STAT_BATCHES = None
 # A pass whose mean NLL (nats per token) is above this has diverged: its perplexity
 # overflows a float.
 DIVERGED_MEAN_NLL = 700.0
@@ -255,25 +259,37 @@ class DynamicEvaluator:
     return self.log_probs(self.windows(split), len(self.data.split(split).tokens), rule,
                           learning_rate, decay)
 
-  def gradient_rms(self) -> dict:
-    """sqrt(MS_g) per parameter (Krause et al. 2018, sec. 5): MS_g = (1/B) sum_b g_b^2, g_b
-    the gradient of the mean NLL of training batch b, over B = at most STAT_BATCHES of the
-    evaluation batches of the training split (`eval_batch_size` rows each, evenly spaced;
-    under the stream protocol the first windows of `eval_batch_size` streams, in order)."""
+  def stat_batches(self) -> list[int]:
+    """The indices of the training batches that give MS_g (`gradient_rms`): every one, or
+    STAT_BATCHES of them evenly spaced (under the stream protocol the first ones)."""
     batch_size = self.model.config.data.eval_batch_size
     if self.data.is_stream:
-      chosen = set(range(min(STAT_BATCHES, self.data.num_windows("train", batch_size))))
+      total = self.data.num_windows("train", batch_size)
     else:
       total = -(-len(self.data.units("train")[0]) // batch_size)
-      chosen = set(np.linspace(0, total - 1, min(STAT_BATCHES, total)).round().astype(int))
+    if STAT_BATCHES is None or STAT_BATCHES >= total:
+      return list(range(total))
+    if self.data.is_stream:
+      return list(range(STAT_BATCHES))
+    return sorted(set(np.linspace(0, total - 1, STAT_BATCHES).round().astype(int)))
+
+  def gradient_rms(self) -> dict:
+    """sqrt(MS_g) per parameter (Krause et al. 2018, sec. 5): MS_g = (1/B) sum_b g_b^2, g_b
+    the gradient of the mean NLL of training batch b, over the B evaluation batches of the
+    training split that `stat_batches` names (`eval_batch_size` rows each; under the stream
+    protocol the windows of `eval_batch_size` streams, in order)."""
+    batch_size = self.model.config.data.eval_batch_size
+    chosen = set(self.stat_batches())
     carry = self._initial_carry(batch_size)
     squares = jax.tree.map(jnp.zeros_like, models.trainable(self.model.params))
-    for index, batch in enumerate(self.data.eval_batches("train", batch_size)):
-      if index in chosen:
-        if carry is None:
-          batch = parallel.pad_time(batch, steps.EVAL_TIME_MULTIPLE)
-        grads, (_, carry) = self._gradient(self.model.params, batch, carry)
-        squares = jax.tree.map(lambda s, g: s + g * g, squares, grads)
+    with logging_utils.progress_bar("MS_g", total=len(chosen), unit=" batches") as bar:
+      for index, batch in enumerate(self.data.eval_batches("train", batch_size)):
+        if index in chosen:
+          if carry is None:
+            batch = parallel.pad_time(batch, steps.EVAL_TIME_MULTIPLE)
+          grads, (_, carry) = self._gradient(self.model.params, batch, carry)
+          squares = jax.tree.map(lambda s, g: s + g * g, squares, grads)
+          bar.update()
     return jax.tree.map(lambda s: np.sqrt(np.asarray(s) / len(chosen)), squares)
 
   def rule(self, method: str) -> Rule:
@@ -343,7 +359,8 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
      ([{"learning_rate", "decay", "perplexity", "perplexity_paper_convention"}] on it),
      "perplexity", "perplexity_paper_convention" (dynamic), "model_perplexity",
      "model_perplexity_paper_convention" (the trained parameters over the same windows),
-     "tokens", "sentences"}.
+     "tokens", "sentences", and for "rms" "gradient_batches": the training batches MS_g
+     averages over}.
   """
   check(method, learning_rate, decay)
   evaluator = DynamicEvaluator(model, window)
@@ -384,4 +401,5 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
       "window_unit": unit, "fitted_on": fitted_on, "grid": grid, **dynamic,
       **{f"model_{key}": value for key, value in static.items()},
       "tokens": int(len(tokens)), "sentences": int(np.sum(tokens == vocab_lib.EOS_ID)),
+      **({"gradient_batches": len(evaluator.stat_batches())} if method == "rms" else {}),
   }

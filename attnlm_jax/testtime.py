@@ -48,6 +48,9 @@ ROW_FILE = "testtime.json"
 PROGRESS_FILE = "testtime_progress.json"
 HEAD_CACHE_FILE = "cache_head.json"
 METHODS = ("cache", "dynamic_sgd", "dynamic_rms")
+# The cap on the training batches that gave the RMS rule's MS_g until 2026-11-28 (results made
+# then do not record theirs; dynamic_eval.STAT_BATCHES).
+EARLIER_STAT_BATCHES = 200
 # The two perplexity rules of the page (`losses.py`), by their keys in the results.
 RULES = {"perplexity": "every token predicted",
          "perplexity_paper_convention": "the released code's rule: a sentence's first word "
@@ -294,6 +297,20 @@ def _head_cache_lines(rows: Sequence[dict]) -> list[str]:
                                       "the released code's rule", "theta, lambda"), lines), ""]
 
 
+def _rms_statistics_lines(rows: Sequence[dict]) -> list[str]:
+  """testtime.md's line on the training batches each evaluated row's RMS rule took MS_g from
+  (results made before they recorded it capped them at EARLIER_STAT_BATCHES)."""
+  counts = [(r["name"], r["results"]["dynamic_rms"].get("gradient_batches"))
+            for r in rows if r.get("results")]
+  made = [f"`{name}` {count:,}" for name, count in counts if count is not None]
+  capped = [f"`{name}`" for name, count in counts if count is None]
+  parts = ([", ".join(made)] if made else []) + (
+      [f"at most {EARLIER_STAT_BATCHES} for {', '.join(capped)} (evaluated before MS_g took "
+       "every batch)"] if capped else [])
+  return ([f"The training batches the RMS rule's MS_g averages over (docs/testtime.md): "
+           f"{'; '.join(parts)}.", ""] if parts else [])
+
+
 def format_markdown(page: dict) -> str:
   """testtime.md of a testtime.json dict."""
   methods = (f"cache ({page['cache_size']:,})", "dynamic eval., SGD", "dynamic eval., RMS")
@@ -314,6 +331,7 @@ def format_markdown(page: dict) -> str:
                               "(window)", "RMS learning rate, decay (window)"),
                              [_hyperparameters(r) for r in page["rows"]]), "",
       *_edge_notes(page["rows"]),
+      *_rms_statistics_lines(page["rows"]),
       *_head_cache_lines(page["rows"]),
       *(["Published anchors, test perplexity (`ANCHORS`; each split read as one stream, "
          "dynamic evaluation as Krause et al. 2018 report it for AWD-LSTM):", "",

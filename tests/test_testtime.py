@@ -318,27 +318,48 @@ def test_dynamic_evaluation_is_causal(score):
   assert np.abs(after[first_after:] - before[first_after:]).max() > 1e-4
 
 
+def _squared_embedding_gradient(model, batch):
+  """The square of the embedding's gradient of a batch's mean NLL, computed directly."""
+  def loss(embed):
+    logits = models.apply({**model.params, "embed": embed}, model.config.model,
+                          batch["inputs"], batch["lengths"])
+    mask = jnp.arange(logits.shape[1])[None] < batch["lengths"][:, None]
+    log_probs = jax.nn.log_softmax(logits)
+    picked = jnp.take_along_axis(log_probs, batch["targets"][..., None], -1)[..., 0]
+    return -jnp.where(mask, picked, 0).sum() / mask.sum()
+  return jax.grad(loss)(model.params["embed"]) ** 2
+
+
+def _train_batches(model):
+  data = data_lib.load(model.config.data, model.vocab)
+  return list(data.eval_batches("train", model.config.data.eval_batch_size))
+
+
 def test_rms_rule_divides_by_the_training_gradients_root_mean_square(model, monkeypatch):
   monkeypatch.setattr(dynamic_eval, "STAT_BATCHES", 2)
   evaluator = dynamic_eval.DynamicEvaluator(model)
   rms = evaluator.gradient_rms()
-  data = data_lib.load(model.config.data, model.vocab)
-  batches = list(data.eval_batches("train", model.config.data.eval_batch_size))
-  squares = 0
-  for batch in (batches[0], batches[-1]):                 # evenly spaced: first and last
-    def loss(embed, batch=batch):
-      logits = models.apply({**model.params, "embed": embed}, model.config.model,
-                            batch["inputs"], batch["lengths"])
-      mask = jnp.arange(logits.shape[1])[None] < batch["lengths"][:, None]
-      log_probs = jax.nn.log_softmax(logits)
-      picked = jnp.take_along_axis(log_probs, batch["targets"][..., None], -1)[..., 0]
-      return -jnp.where(mask, picked, 0).sum() / mask.sum()
-    squares = squares + jax.grad(loss)(model.params["embed"]) ** 2
+  batches = _train_batches(model)
+  squares = sum(_squared_embedding_gradient(model, batch)
+                for batch in (batches[0], batches[-1]))   # evenly spaced: first and last
   np.testing.assert_allclose(rms["embed"], np.sqrt(squares / 2), rtol=1e-4, atol=1e-9)
   rule = evaluator.rule("rms")
   np.testing.assert_allclose(rule.denominator["embed"], rms["embed"] + dynamic_eval.EPSILON)
   means = [np.mean(leaf) for leaf in jax.tree.leaves(rule.decay_scale)]
   assert np.mean(means) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_rms_statistics_average_over_every_training_batch(model):
+  """By default MS_g takes every training batch (Krause et al.'s code), and the RMS result
+  says how many."""
+  batches = _train_batches(model)
+  assert len(batches) > 2
+  evaluator = dynamic_eval.DynamicEvaluator(model)
+  squares = sum(_squared_embedding_gradient(model, batch) for batch in batches)
+  np.testing.assert_allclose(evaluator.gradient_rms()["embed"],
+                             np.sqrt(squares / len(batches)), rtol=1e-4, atol=1e-9)
+  result = dynamic_eval.evaluate_split(model, "valid", "rms", learning_rate=1e-4, decay=0.01)
+  assert result["gradient_batches"] == len(batches)
 
 
 def test_dynamic_grid_is_searched_on_valid(model, monkeypatch):
@@ -398,6 +419,7 @@ def test_page_of_a_table(table_dir, monkeypatch):
   text = (table_dir / testtime.PAGE_MD).read_text()
   assert "| none |" in text and "| single | - / - | not started |" in text
   assert "--mode=testtime --table=demo" in text and "--grid_extensions=3" in text
+  assert "MS_g averages over (docs/testtime.md): `none` 2." in text   # STAT_BATCHES
   assert ("| GluonNLP, cache_language_model | standard_lstm_lm_650 (2 x 650, tied) | "
           "WikiText-2 | 93.9 | 67.31 | - | 2,000 words, theta 0.662, lambda 0.1279 |") in text
   assert "| AWD-LSTM | Penn Treebank | 57.3 | 52.8 | 51.1 | - |" in text
