@@ -125,10 +125,13 @@ def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
                 grid_extensions: int) -> dict:
   """The row's test results: `settings` and {"step", "cache", "dynamic_sgd",
   "dynamic_rms"} (`cache.evaluate_split`, `dynamic_eval.evaluate_split`), the
-  hyperparameters chosen on valid. What is made goes to the row's `Progress` as it is made,
-  and a rerun after an interruption takes it from there."""
+  hyperparameters chosen on valid, and "stat_batches" (`dynamic_eval.STAT_BATCHES`). What
+  is made goes to the row's `Progress` as it is made, and a rerun after an interruption takes
+  it from there."""
   model = evaluate.load(row_dir)
-  made_with = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step}
+  # A progress file made with another MS_g (dynamic_eval.STAT_BATCHES) is not resumed.
+  made_with = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step,
+               "stat_batches": dynamic_eval.STAT_BATCHES}
   progress = Progress(row_dir / PROGRESS_FILE, made_with)
   if "cache" not in progress:
     progress["cache"] = cache.evaluate_split(model, SPLIT, cache_size,

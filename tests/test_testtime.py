@@ -533,6 +533,16 @@ def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, 
   stop_at[0] = 0
   run("whole", size=60)   # progress made with another cache size is not taken
   assert len(made) == 6
+  made.clear()
+  stop_at[0] = 2
+  monkeypatch.setattr(dynamic_eval, "STAT_BATCHES", 3)
+  with pytest.raises(Stopped):
+    run("whole", size=70)
+  made.clear()
+  stop_at[0] = 0
+  monkeypatch.setattr(dynamic_eval, "STAT_BATCHES", 2)
+  run("whole", size=70)   # nor progress made with another MS_g
+  assert len(made) == 6
 
 
 def test_choices_at_the_edges_of_the_values_searched_are_named():
