@@ -267,11 +267,10 @@ class DynamicEvaluator:
       total = self.data.num_windows("train", batch_size)
     else:
       total = -(-len(self.data.units("train")[0]) // batch_size)
-    if STAT_BATCHES is None or STAT_BATCHES >= total:
-      return list(range(total))
+    count = total if STAT_BATCHES is None else min(STAT_BATCHES, total)
     if self.data.is_stream:
-      return list(range(STAT_BATCHES))
-    return sorted(set(np.linspace(0, total - 1, STAT_BATCHES).round().astype(int)))
+      return list(range(count))
+    return sorted(set(np.linspace(0, total - 1, count).round().astype(int)))
 
   def gradient_rms(self) -> dict:
     """sqrt(MS_g) per parameter (Krause et al. 2018, sec. 5): MS_g = (1/B) sum_b g_b^2, g_b

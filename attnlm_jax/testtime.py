@@ -86,12 +86,15 @@ def settings(cache_size: int, dynamic_window: int, grid_extensions: int) -> dict
   """What a row's results depend on besides its checkpoint: the cache size, the window of
   dynamic evaluation, every method's grid (as JSON reads them back) and the steps its search
   may take past the grid's edges (`grid_extensions`, saved only when not 0: results saved
-  before the searches were extended are those of the grid alone)."""
+  before the searches were extended are those of the grid alone) and the training batches of
+  the RMS rule's MS_g (`stat_batches`, `dynamic_eval.STAT_BATCHES`: a progress file made with
+  another is not resumed; results saved before it was recorded still match, `_same_settings`)."""
   grids = {"cache": {"theta": list(cache.THETAS), "lambda": list(cache.LAMBDAS)},
            **{f"dynamic_{rule}": {axis: list(values) for axis, values in grid.items()}
               for rule, grid in dynamic_eval.GRIDS.items()}}
   return {"cache_size": cache_size, "dynamic_window": dynamic_window, "grids": grids,
-          **({"grid_extensions": grid_extensions} if grid_extensions else {})}
+          **({"grid_extensions": grid_extensions} if grid_extensions else {}),
+          "stat_batches": dynamic_eval.STAT_BATCHES}
 
 
 class Progress(dict):
@@ -125,13 +128,10 @@ def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
                 grid_extensions: int) -> dict:
   """The row's test results: `settings` and {"step", "cache", "dynamic_sgd",
   "dynamic_rms"} (`cache.evaluate_split`, `dynamic_eval.evaluate_split`), the
-  hyperparameters chosen on valid, and "stat_batches" (`dynamic_eval.STAT_BATCHES`). What
-  is made goes to the row's `Progress` as it is made, and a rerun after an interruption takes
-  it from there."""
+  hyperparameters chosen on valid. What is made goes to the row's `Progress` as it is made,
+  and a rerun after an interruption takes it from there."""
   model = evaluate.load(row_dir)
-  # A progress file made with another MS_g (dynamic_eval.STAT_BATCHES) is not resumed.
-  made_with = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step,
-               "stat_batches": dynamic_eval.STAT_BATCHES}
+  made_with = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step}
   progress = Progress(row_dir / PROGRESS_FILE, made_with)
   if "cache" not in progress:
     progress["cache"] = cache.evaluate_split(model, SPLIT, cache_size,

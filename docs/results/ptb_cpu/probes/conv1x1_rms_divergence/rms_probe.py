@@ -43,9 +43,9 @@ for ms_g, rule in rules.items():
   for name, denominator in named_leaves(rule.denominator):
     rms = denominator - dynamic_eval.EPSILON
     print(json_io.dumps({"ms_g": ms_g, "array": name, "shape": list(rms.shape),
-                      "rms_quantiles": dict(zip(map(str, quantiles),
-                                                np.quantile(rms, quantiles).tolist())),
-                      "gain_max": float(1 / denominator.min())}), flush=True)
+                         "rms_quantiles": dict(zip(map(str, quantiles),
+                                                   np.quantile(rms, quantiles).tolist())),
+                         "gain_max": float(1 / denominator.min())}), flush=True)
 
 sampled = np.zeros(vocab_size, bool)
 batches = evaluator.data.eval_batches("train", model.config.data.eval_batch_size)
@@ -55,9 +55,9 @@ for index, batch in enumerate(batches):
       sampled[row[:length]] = True
 valid_counts = np.bincount(evaluator.data.split("valid").tokens, minlength=vocab_size)
 print(json_io.dumps({"embedding_words_unsampled": int((~sampled).sum()),
-                  "vocabulary": vocab_size,
-                  "valid_token_share_unsampled": float(valid_counts[~sampled].sum()
-                                                       / valid_counts.sum())}), flush=True)
+                     "vocabulary": vocab_size,
+                     "valid_token_share_unsampled": float(valid_counts[~sampled].sum()
+                                                          / valid_counts.sum())}), flush=True)
 
 grid = dynamic_eval.GRIDS["rms"]
 for ms_g, rule in rules.items():
@@ -67,4 +67,4 @@ for ms_g, rule in rules.items():
           evaluator.data.split("valid").tokens,
           evaluator.split_log_probs("valid", rule, learning_rate, decay))
       print(json_io.dumps({"ms_g": ms_g, "learning_rate": learning_rate, "decay": decay,
-                        **found}), flush=True)
+                           **found}), flush=True)
