@@ -89,21 +89,26 @@ STOPPING_RULE_NOTE = (f"ends after epoch {STOPPING_RULE['train.num_epochs']} at 
 
 
 def _salton_table(title: str, config_file: str, corpus: str,
-                  stopping_rule: Sequence[str] = ()) -> Table:
+                  stopping_rule: Sequence[str] = (), seeds: Sequence[str] = ()) -> Table:
   """The six paper-scale rows of the Salton papers' tables on `corpus`: the baseline, the
   `proj` control, the Attentive LM's two scores, the averaging LM and 1x1-conv attention;
-  the rows named in `stopping_rule` end after epoch 22 (`STOPPING_RULE`); the page compares
-  every row with `none` epoch by epoch."""
+  the rows named in `stopping_rule` end after epoch 22 (`STOPPING_RULE`); each score named in
+  `seeds` has a second row, SCORE_seed1, with seed 1 for its parameters, dropout and batch
+  order; the page compares every row with `none` epoch by epoch."""
   printed = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
              "average": "Averaging RNN-LM", "conv1x1": "LSTM + 1x1 convolutional attention"}
   ruled = lambda score: score in stopping_rule
-  return Table(title, tuple(
-      Row(score, f"{config_file}:score={score}",
-          overrides=STOPPING_RULE if ruled(score) else {},
-          paper=(corpus, printed[score]) if score in printed else None,
-          note=STOPPING_RULE_NOTE if ruled(score) else "")
-      for score in ("none", "proj", "single", "combined", "average", "conv1x1")),
-      reference="none")
+
+  def row(score: str, seed: int) -> Row:
+    return Row(score + (f"_seed{seed}" if seed else ""), f"{config_file}:score={score}",
+               overrides={**(STOPPING_RULE if ruled(score) else {}),
+                          **({"seed": seed, "data.seed": seed} if seed else {})},
+               paper=(corpus, printed[score]) if score in printed else None,
+               note=STOPPING_RULE_NOTE if ruled(score) else "")
+
+  scores = ("none", "proj", "single", "combined", "average", "conv1x1")
+  return Table(title, tuple(row(score, 0) for score in scores)
+               + tuple(row(score, 1) for score in seeds), reference="none")
 
 
 TABLES = {
@@ -114,7 +119,8 @@ TABLES = {
     )),
     "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",
                                 "ptb.py", "ptb",
-                                stopping_rule=("none", "proj", "combined", "average", "conv1x1")),
+                                stopping_rule=("none", "proj", "combined", "average", "conv1x1"),
+                                seeds=("none", "proj", "single")),
     "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",
                                 "wikitext2.py", "wikitext2"),
     "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (
