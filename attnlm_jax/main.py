@@ -1,30 +1,13 @@
-"""Command line: train, evaluate, score or sample from an attentive LSTM language model.
+"""The command line: train, evaluate, score, sample, analyze, and reproduce the papers' tables.
 
-    python -m attnlm_jax.main --config=configs/demo.py --workdir=/tmp/demo
-    python -m attnlm_jax.main --config=configs/ptb.py:score=combined --workdir=DIR \
-        --config.train.num_epochs=20
-    python -m attnlm_jax.main --mode=evaluate --workdir=DIR --split=test
-    python -m attnlm_jax.main --mode=score --workdir=DIR --input=FILE --output=OUT.jsonl
-    python -m attnlm_jax.main --mode=generate --workdir=DIR --prompt="the company" \
-        --num_tokens=30 --temperature=0.8 --seed=1
-    python -m attnlm_jax.main --mode=train_tagger --config=configs/tagger.py --workdir=DIR
-    python -m attnlm_jax.main --mode=evaluate --workdirs=DIR1,DIR2 --split=test \
-        [--weights=0.5,0.5]
-    python -m attnlm_jax.main --mode=analyze --workdir=OUT --workdirs=DIR1,DIR2 \
-        --sentences="the keys to the cabinet are here"
-    python -m attnlm_jax.main --mode=reproduce --table=zaremba --workdir=DIR [--rows=small]
-    python -m attnlm_jax.main --mode=evaluate --workdir=DIR --split=test --cache=2000
-    python -m attnlm_jax.main --mode=evaluate --workdir=DIR --split=test --dynamic=rms
-    python -m attnlm_jax.main --mode=rescore --workdir=DIR --input=NBEST --references=REF
-    python -m attnlm_jax.main --mode=testtime --table=ptb_cpu --workdir=runs/ptb_cpu
+    python -m attnlm_jax.main --config=configs/ptb.py:score=single --workdir=DIR
+    python -m attnlm_jax.main --mode=evaluate --workdir=DIR --split=test [--cache=2000]
+    python -m attnlm_jax.main --mode=reproduce --table=salton_ptb --workdir=DIR [--rows=single]
 
-This file is kept short; the logic lives in `train.py`, `evaluate.py` and `reproduce.py`.
-Local paths (flags and the config's directories) are made absolute once, here, so every mode
-works from any directory; `gs://` and other URLs are left as they are. Training, evaluation
-and the table runner end with one JSON object on stdout. Mistakes in the input (flags,
-config, data, workdir) end with one `error: ...` line and exit status 1. SIGTERM or SIGINT
-during training (a preemption, Ctrl-C) saves the run and ends it with one `stopped by ...`
-line and status 143 or 130 (`preemption.py`); rerunning the same command resumes.
+`MODES` maps each --mode to its function; the work is done in the subpackages. Local paths
+are made absolute once, here. A mistake in the input ends with one `error: ...` line and
+status 1; a signal during training saves the run and ends it with status 128 + the signal's
+number (rerunning resumes). The other modes and flags: `--helpfull`, and the README.
 """
 
 import sys
@@ -34,25 +17,25 @@ from absl import flags
 from etils import epath
 from ml_collections import config_flags
 
-from attnlm_jax import analysis
-from attnlm_jax import cache
+from attnlm_jax.common import errors
+from attnlm_jax.common import json_io
+from attnlm_jax.common import logging_utils
 from attnlm_jax import data as data_lib
-from attnlm_jax import distributed
-from attnlm_jax import dynamic_eval
-from attnlm_jax import ensemble
-from attnlm_jax import errors
-from attnlm_jax import evaluate
-from attnlm_jax import grid_search
-from attnlm_jax import json_io
-from attnlm_jax import logging_utils
-from attnlm_jax import models
-from attnlm_jax import preemption
-from attnlm_jax import reproduce
-from attnlm_jax import rescoring
-from attnlm_jax import tagger
-from attnlm_jax import testtime
-from attnlm_jax import train
 from attnlm_jax.data import locations
+from attnlm_jax.evaluation import analysis
+from attnlm_jax.evaluation import ensemble
+from attnlm_jax.evaluation import evaluate
+from attnlm_jax.evaluation import rescoring
+from attnlm_jax.experiments import runner
+from attnlm_jax.experiments import testtime_page
+from attnlm_jax import models
+from attnlm_jax.tagger import trainer as tagger_trainer
+from attnlm_jax.testtime import cache
+from attnlm_jax.testtime import dynamic_eval
+from attnlm_jax.testtime import grid_search
+from attnlm_jax.training import distributed
+from attnlm_jax.training import preemption
+from attnlm_jax.training import train
 
 config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. configs/ptb.py or configs/ptb.py:score=combined; "
@@ -195,7 +178,55 @@ def _config():
   return FLAGS.config
 
 
-def _score(model) -> None:
+def _need_config(config, mode: str) -> None:
+  """UserError unless --config was given (the modes that train)."""
+  if config is None:
+    raise errors.UserError(f"--mode={mode} needs --config=configs/NAME.py")
+
+
+def _need_table(mode: str) -> None:
+  """UserError unless --table was given (the modes over a published table)."""
+  if not FLAGS.table:
+    raise errors.UserError(f"--mode={mode} needs --table=NAME (docs/reproduce.md lists the "
+                           "tables)")
+
+
+def _train(config) -> dict:
+  """--mode=train: trains (or resumes) a run in --workdir."""
+  _need_config(config, "train")
+  return train.summary(train.train_and_evaluate(config, FLAGS.workdir), FLAGS.workdir)
+
+
+def _train_tagger(config) -> dict:
+  """--mode=train_tagger: the POS tagger of configs/tagger.py."""
+  _need_config(config, "train_tagger")
+  return tagger_trainer.train_tagger(config, FLAGS.workdir)
+
+
+def _evaluate(config) -> dict:
+  """--mode=evaluate: a split's perplexities, with a neural cache, dynamic evaluation, or of
+  an interpolation of --workdirs."""
+  if FLAGS.cache and FLAGS.dynamic:
+    raise errors.UserError("--cache and --dynamic are two methods: give one of them")
+  if FLAGS.workdirs:
+    if FLAGS.cache or FLAGS.dynamic:
+      raise errors.UserError("--cache and --dynamic evaluate one --workdir, not --workdirs")
+    if config is not None:
+      raise errors.UserError("--config cannot be combined with --workdirs: each run is "
+                             "evaluated with the config.json of its workdir")
+    return ensemble.interpolate(FLAGS.workdirs, FLAGS.split, FLAGS.weights or None)
+  model = evaluate.load(FLAGS.workdir, config)
+  if FLAGS.cache:
+    return cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
+                                FLAGS.cache_lambda, FLAGS.grid_extensions, FLAGS.cache_states)
+  if FLAGS.dynamic:
+    return dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic, FLAGS.dynamic_lr,
+                                       FLAGS.dynamic_decay, FLAGS.dynamic_window,
+                                       FLAGS.grid_extensions)
+  return evaluate.evaluate(model, FLAGS.split)
+
+
+def _score(config) -> None:
   """--mode=score: one JSON line per sentence of --input, to --output or stdout."""
   if not FLAGS.input:
     raise errors.UserError("--mode=score needs --input=FILE (one sentence per line)")
@@ -206,6 +237,7 @@ def _score(model) -> None:
   if not any(line.strip() for line in lines):
     raise errors.UserError(f"--input={path} has no sentence to score (every line is blank): "
                            "give one sentence per line")
+  model = evaluate.load(FLAGS.workdir, config)
   records = (json_io.dumps(r) + "\n" for r in evaluate.score(model, lines))
   if FLAGS.output:
     output = epath.Path(FLAGS.output)
@@ -215,8 +247,9 @@ def _score(model) -> None:
     sys.stdout.writelines(records)
 
 
-def _generate(model) -> None:
+def _generate(config) -> None:
   """--mode=generate: the prompt and its sampled continuation, one line."""
+  model = evaluate.load(FLAGS.workdir, config)
   unknown = model.vocab.unknown_words(FLAGS.prompt.split())
   if unknown:
     print(f"note: not in the vocabulary, read as {data_lib.UNK}: {' '.join(unknown)}",
@@ -226,58 +259,42 @@ def _generate(model) -> None:
   print(" ".join(FLAGS.prompt.split() + words))
 
 
-def run(mode: str):
-  """Runs one mode with the parsed flags: its summary, printed by `main` as one JSON line, or
-  None for the modes that write their own output (score, generate)."""
-  config = _config()
-  if mode in ("reproduce", "testtime") and not FLAGS.table:
-    raise errors.UserError(f"--mode={mode} needs --table=NAME (docs/reproduce.md lists the "
-                           "tables)")
-  if mode == "testtime":
-    return testtime.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
-                        cache_size=FLAGS.cache or testtime.CACHE_SIZE,
-                        dynamic_window=FLAGS.dynamic_window,
-                        grid_extensions=FLAGS.grid_extensions)
-  if mode == "rescore":
-    return rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
-                         FLAGS.lm_weight, FLAGS.word_penalty, config, FLAGS.acoustic_scale)
-  if mode == "reproduce":
-    return reproduce.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows, dry_run=FLAGS.dry_run,
-                         pages_only=FLAGS.pages_only)
-  if mode in ("train", "train_tagger"):
-    if config is None:
-      raise errors.UserError(f"--mode={mode} needs --config=configs/NAME.py")
-    if mode == "train_tagger":
-      return tagger.train_tagger(config, FLAGS.workdir)
-    return train.summary(train.train_and_evaluate(config, FLAGS.workdir), FLAGS.workdir)
-  if mode == "analyze":
-    return analysis.run(config, FLAGS.workdirs or [FLAGS.workdir],
-                        epath.Path(FLAGS.workdir) / analysis.ANALYSIS_DIR,
-                        sentences=FLAGS.sentences, split=FLAGS.split, probe_files=FLAGS.probes)
-  if mode == "evaluate" and FLAGS.cache and FLAGS.dynamic:
-    raise errors.UserError("--cache and --dynamic are two methods: give one of them")
-  if mode == "evaluate" and FLAGS.workdirs:
-    if FLAGS.cache or FLAGS.dynamic:
-      raise errors.UserError("--cache and --dynamic evaluate one --workdir, not --workdirs")
-    if config is not None:
-      raise errors.UserError("--config cannot be combined with --workdirs: each run is "
-                             "evaluated with the config.json of its workdir")
-    return ensemble.interpolate(FLAGS.workdirs, FLAGS.split, FLAGS.weights or None)
-  model = evaluate.load(FLAGS.workdir, config)
-  if mode == "evaluate" and FLAGS.cache:
-    return cache.evaluate_split(model, FLAGS.split, FLAGS.cache, FLAGS.cache_theta,
-                                FLAGS.cache_lambda, FLAGS.grid_extensions, FLAGS.cache_states)
-  if mode == "evaluate" and FLAGS.dynamic:
-    return dynamic_eval.evaluate_split(model, FLAGS.split, FLAGS.dynamic, FLAGS.dynamic_lr,
-                                       FLAGS.dynamic_decay, FLAGS.dynamic_window,
-                                       FLAGS.grid_extensions)
-  if mode == "evaluate":
-    return evaluate.evaluate(model, FLAGS.split)
-  if mode == "score":
-    _score(model)
-  else:
-    _generate(model)
-  return None
+def _analyze(config) -> dict:
+  """--mode=analyze: attention heatmaps, smoothing, the agreement probe, surprisal."""
+  return analysis.run(config, FLAGS.workdirs or [FLAGS.workdir],
+                      epath.Path(FLAGS.workdir) / analysis.ANALYSIS_DIR,
+                      sentences=FLAGS.sentences, split=FLAGS.split, probe_files=FLAGS.probes)
+
+
+def _reproduce(config) -> dict:
+  """--mode=reproduce: trains a published table's rows and writes its pages."""
+  del config  # Each row has its own.
+  _need_table("reproduce")
+  return runner.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows, dry_run=FLAGS.dry_run,
+                    pages_only=FLAGS.pages_only)
+
+
+def _testtime(config) -> dict:
+  """--mode=testtime: the cache and dynamic-evaluation page of a table's rows."""
+  del config  # Each row has its own.
+  _need_table("testtime")
+  return testtime_page.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
+                           cache_size=FLAGS.cache or testtime_page.CACHE_SIZE,
+                           dynamic_window=FLAGS.dynamic_window,
+                           grid_extensions=FLAGS.grid_extensions)
+
+
+def _rescore(config) -> dict:
+  """--mode=rescore: re-ranks n-best lists with the LM."""
+  return rescoring.run(FLAGS.workdir, FLAGS.input, FLAGS.references, FLAGS.output,
+                       FLAGS.lm_weight, FLAGS.word_penalty, config, FLAGS.acoustic_scale)
+
+
+# What each --mode runs, given the --config (None when not given): the summary `main` prints
+# as one JSON line, or None for the modes that write their own output.
+MODES = {"train": _train, "evaluate": _evaluate, "score": _score, "generate": _generate,
+         "analyze": _analyze, "train_tagger": _train_tagger, "reproduce": _reproduce,
+         "rescore": _rescore, "testtime": _testtime}
 
 
 def main(argv: list[str]) -> None:
@@ -289,7 +306,7 @@ def main(argv: list[str]) -> None:
   _resolve_paths()
   try:
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-    summary = run(FLAGS.mode)
+    summary = MODES[FLAGS.mode](_config())
     if summary is not None:
       print(json_io.dumps(summary))
   except errors.UserError as e:

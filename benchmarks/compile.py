@@ -24,11 +24,11 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from attnlm_jax import logging_utils
-from attnlm_jax import parallel
-from attnlm_jax import steps
-from attnlm_jax import train
-from attnlm_jax.errors import UserError
+from attnlm_jax.common.errors import UserError
+from attnlm_jax.common import logging_utils
+from attnlm_jax.training import parallel
+from attnlm_jax.training import steps
+from attnlm_jax.training import train
 from benchmarks import epoch
 from benchmarks import provenance
 
@@ -49,7 +49,7 @@ def define_flags() -> None:
 def seconds_to_compile(config, mode: str) -> dict:
   """Seconds to compile every program of epoch 1 of `config`, one by one or side by side."""
   config, data, params = train.prepare(epoch.bench_config(config, 1), "/nonexistent-workdir")
-  state = train.initial_state(config, params)
+  state = steps.initial_state(config, params)
   train_step, evaluator = steps.TrainStep(config), steps.Evaluator(config.model)
   p_state = train_step.initial_state(state["params"], state["opt_state"], 0)
   compilations, widths = train.step_compilations(

@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnlm_jax.common.errors import UserError
 from attnlm_jax import models
-from attnlm_jax.errors import UserError
 from benchmarks import shapes
 
 VOCAB_SIZES = {"ptb": 10_000, "wikitext2": 33_278}

@@ -2,7 +2,7 @@
 
     python -m benchmarks.dropout [--shape=ptb_medium --batches=30 --rounds=3]
 
-The masks one training step draws, by the model's own `models._dropout` (for each of the
+The masks one training step draws, by the model's own `lm._dropout` (for each of the
 batch's 32 rows, from `fold_in(rng, row)`, the embedding's [35, H], the [layers - 1, 35, H]
 between layers and the output's [35, H]), in one jitted function: once with the project's
 `nn.dropout_mask` (a random byte per element at rate 0.5) and once with it replaced by what
@@ -24,8 +24,8 @@ from absl import flags
 import jax
 import jax.numpy as jnp
 
-from attnlm_jax import models
-from attnlm_jax import nn
+from attnlm_jax.models import lm
+from attnlm_jax.models import nn
 from benchmarks import provenance
 from benchmarks.shapes import BATCH_SIZE
 from benchmarks.shapes import MAX_LEN
@@ -51,9 +51,9 @@ MASKS = {"project": nn.dropout_mask, "bernoulli": bernoulli_mask}
 
 
 def batch_masks(mask_fn, config):
-  """A compiled function of a key: one training batch's masks (`models._dropout` for the
+  """A compiled function of a key: one training batch's masks (`lm._dropout` for the
   model `config`) with `nn.dropout_mask` replaced by `mask_fn` while it compiles."""
-  masks = jax.jit(lambda rng: models._dropout(  # pylint: disable=protected-access
+  masks = jax.jit(lambda rng: lm._dropout(  # pylint: disable=protected-access
       rng, config, jnp.arange(BATCH_SIZE), MAX_LEN, config.hidden_size))
   with mock.patch.object(nn, "dropout_mask", mask_fn):
     return masks.lower(jax.random.key(0)).compile()

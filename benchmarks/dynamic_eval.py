@@ -31,11 +31,11 @@ from absl import logging
 import numpy as np
 from ml_collections import config_flags
 
-from attnlm_jax import dynamic_eval
-from attnlm_jax import evaluate
-from attnlm_jax import logging_utils
-from attnlm_jax import train
-from attnlm_jax.errors import UserError
+from attnlm_jax.common.errors import UserError
+from attnlm_jax.common import logging_utils
+from attnlm_jax.evaluation import evaluate
+from attnlm_jax.testtime import dynamic_eval
+from attnlm_jax.training import train
 from benchmarks import epoch
 from benchmarks import provenance
 

@@ -63,15 +63,15 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
-from attnlm_jax import checkpoints
+from attnlm_jax.common.errors import UserError
+from attnlm_jax.common import logging_utils
 from attnlm_jax import data as data_lib
-from attnlm_jax import logging_utils
-from attnlm_jax import models
-from attnlm_jax import parallel
-from attnlm_jax import steps
-from attnlm_jax import train
 from attnlm_jax.data import locations
-from attnlm_jax.errors import UserError
+from attnlm_jax import models
+from attnlm_jax.training import checkpoints
+from attnlm_jax.training import parallel
+from attnlm_jax.training import steps
+from attnlm_jax.training import train
 from benchmarks import flops
 from benchmarks.shapes import SHARED_DATA
 
@@ -205,7 +205,7 @@ class StepTimer:
 
 def save_seconds(config, params: dict, workdir: epath.Path) -> float:
   """Seconds of one checkpoint save of the training state (written and waited for)."""
-  state = jax.device_get(train.initial_state(config, params))
+  state = jax.device_get(steps.initial_state(config, params))
   ckpt = checkpoints.Checkpoints(workdir, 0)
   meta = {"epoch": 1, "epoch_done": False, "iterator": None, "batches_done": 0}
   start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""What full float32 matmul precision (`attnlm_jax.nn.PRECISION`) changes on an accelerator.
+"""What full float32 matmul precision (`attnlm_jax.models.nn.PRECISION`) changes on an accelerator.
 
     python -m benchmarks.matmul_precision --reference_dir=DIR   # on a CPU: the reference
     python -m benchmarks.matmul_precision --reference_dir=DIR   # on a GPU or TPU: compare
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlm_jax import models
-from attnlm_jax import nn
+from attnlm_jax.models import nn
 
 flags.DEFINE_string("reference_dir", None, "Where the CPU reference is written and read.",
                     required=True)

@@ -4,7 +4,7 @@ import sys
 
 import jax
 
-from attnlm_jax import logging_utils
+from attnlm_jax.common import logging_utils
 
 
 def machine_and_command(module: str) -> dict:

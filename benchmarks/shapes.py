@@ -5,8 +5,8 @@ import pathlib
 
 import ml_collections
 
-from attnlm_jax import models
 from attnlm_jax.data import locations
+from attnlm_jax import models
 
 # The corpora beside the repository, read when present (the benchmark figures' data).
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"

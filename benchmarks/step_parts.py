@@ -35,11 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlm_jax import losses
-from attnlm_jax import lstm
+from attnlm_jax.common.errors import UserError
 from attnlm_jax import models
-from attnlm_jax import nn
-from attnlm_jax.errors import UserError
+from attnlm_jax.models import losses
+from attnlm_jax.models import lstm
+from attnlm_jax.models import nn
 from benchmarks import flops
 from benchmarks.shapes import BATCH_SIZE
 from benchmarks.shapes import model_config

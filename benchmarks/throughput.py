@@ -39,12 +39,12 @@ import jax
 import ml_collections
 import numpy as np
 
+from attnlm_jax.common.errors import UserError
 from attnlm_jax import data as data_lib
-from attnlm_jax import models
-from attnlm_jax import parallel
-from attnlm_jax import steps
 from attnlm_jax.data import batching
-from attnlm_jax.errors import UserError
+from attnlm_jax import models
+from attnlm_jax.training import parallel
+from attnlm_jax.training import steps
 from benchmarks.flops import gemm_flops
 from benchmarks.flops import recurrent_gemm_flops
 from benchmarks.flops import useful_flops

@@ -2,7 +2,7 @@
 
 The same function as `attnlm_jax.models` for the scores in `SCORES`, written the way a
 PyTorch user would write it: `nn.LSTM`, the attention of every step at once over the shifted
-outputs [0, h_1 .. h_{T-1}] with the causal mask of `attnlm_jax/memory.py`, the merge layer
+outputs [0, h_1 .. h_{T-1}] with the causal mask of `attnlm_jax/models/memory.py`, the merge layer
 h'_t = tanh(W_h h_t + W_c c_t + b_c), the tied softmax, the loss sum of masked token NLL /
 batch size, the gradient clipped at global norm 5 and plain SGD. `load_jax_params` copies a
 JAX params pytree in, so `tests/test_torch_peer.py` can check that both compute the same

@@ -26,9 +26,9 @@ from absl import app
 from absl import flags
 import jax
 
+from attnlm_jax.common.errors import UserError
 from attnlm_jax import data as data_lib
 from attnlm_jax import models
-from attnlm_jax.errors import UserError
 from benchmarks import provenance
 from benchmarks import throughput
 from benchmarks.shapes import data_config

@@ -6,8 +6,8 @@ Every field can be overridden on the command line, e.g. `--config.model.score=co
 
 import ml_collections
 
-from attnlm_jax import models
 from attnlm_jax.data import locations
+from attnlm_jax import models
 
 
 def parse_arg(arg, **defaults) -> ml_collections.ConfigDict:

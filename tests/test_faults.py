@@ -5,26 +5,17 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from attnlm_jax import checkpoints
-from attnlm_jax import results
+from attnlm_jax.experiments import runs
+from attnlm_jax.training import checkpoints
 import tiny_config
 
 # Two epochs of 50 steps; step checkpoints every 20 steps, so the run ends holding steps 80
 # and 100 (the latest two) and the best epoch's.
 EPOCHS = 2
 LAST_STEP = 100
-
-
-def _main(*args, cwd, check=True) -> subprocess.CompletedProcess:
-  result = subprocess.run([sys.executable, "-m", "attnlm_jax.main", *map(str, args)],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
-  if check:
-    assert result.returncode == 0, result.stderr[-3000:]
-  return result
 
 
 def _config_flags(**overrides) -> list[str]:
@@ -58,7 +49,8 @@ def _json_lines(text: str) -> list[dict]:
 def trained(tmp_path_factory):
   """A directory holding `runs/tiny`, trained there with a relative --workdir."""
   cwd = tmp_path_factory.mktemp("user")
-  result = _main(*_config_flags(train__num_epochs=EPOCHS), "--workdir=runs/tiny", cwd=cwd)
+  result = tiny_config.run_main(*_config_flags(train__num_epochs=EPOCHS), "--workdir=runs/tiny",
+                                cwd=cwd)
   summary = _json_lines(result.stdout)[-1]
   assert summary["epochs"] == EPOCHS and summary["workdir"] == str(cwd / "runs" / "tiny")
   return cwd
@@ -74,19 +66,20 @@ def copy(trained, tmp_path):
 def test_every_mode_takes_relative_paths(copy):
   cwd, workdir = copy
   (cwd / "sentences.txt").write_text("the keys to the cabinet are on the table\n")
-  evaluation = _json_lines(_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd).stdout)[-1]
+  evaluation = _json_lines(tiny_config.run_main("--mode=evaluate", "--workdir=runs/tiny",
+                                                cwd=cwd).stdout)[-1]
   assert evaluation["split"] == "valid"
-  _main("--mode=score", "--workdir=runs/tiny", "--input=sentences.txt",
-        "--output=scores/new/valid.jsonl", cwd=cwd)          # the missing directory is made
+  tiny_config.run_main("--mode=score", "--workdir=runs/tiny", "--input=sentences.txt",
+                       "--output=scores/new/valid.jsonl", cwd=cwd)  # the directory is made
   assert json.loads((cwd / "scores" / "new" / "valid.jsonl").read_text())["log_probs"]
-  generated = _main("--mode=generate", "--workdir=runs/tiny", "--prompt=the",
-                    "--num_tokens=5", cwd=cwd).stdout.split()
+  generated = tiny_config.run_main("--mode=generate", "--workdir=runs/tiny", "--prompt=the",
+                                   "--num_tokens=5", cwd=cwd).stdout.split()
   assert generated[0] == "the" and len(generated) == 6
-  mixture = _json_lines(_main("--mode=evaluate", "--workdirs=runs/tiny,runs/tiny",
-                              "--weights=0.5,0.5", cwd=cwd).stdout)[-1]
+  mixture = _json_lines(tiny_config.run_main("--mode=evaluate", "--workdirs=runs/tiny,runs/tiny",
+                                             "--weights=0.5,0.5", cwd=cwd).stdout)[-1]
   assert mixture["perplexity"] == pytest.approx(evaluation["perplexity"], rel=1e-5)
-  _main("--mode=analyze", "--workdir=analysis_out", "--workdirs=runs/tiny",
-        "--sentences=the keys to the cabinet are here", cwd=cwd)
+  tiny_config.run_main("--mode=analyze", "--workdir=analysis_out", "--workdirs=runs/tiny",
+                       "--sentences=the keys to the cabinet are here", cwd=cwd)
   assert (cwd / "analysis_out" / "analysis" / "attention.png").is_file()
   assert not list(cwd.rglob("*.orbax-checkpoint-tmp*"))
 
@@ -118,7 +111,8 @@ def test_resume_skips_an_unreadable_latest_checkpoint(copy):
   the evaluate test below checks kind by kind."""
   cwd, workdir = copy
   _truncate_largest_state_file(_step_dir(workdir, LAST_STEP))
-  result = _main(*_config_flags(train__num_epochs=EPOCHS + 1), "--workdir=runs/tiny", cwd=cwd)
+  result = tiny_config.run_main(*_config_flags(train__num_epochs=EPOCHS + 1), "--workdir=runs/tiny",
+                                cwd=cwd)
   warnings = [line for line in result.stderr.splitlines() if "trying the one before" in line]
   assert len(warnings) == 1 and f"checkpoint {LAST_STEP}" in warnings[0], result.stderr[-3000:]
   records = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
@@ -134,7 +128,8 @@ def test_evaluate_on_an_unreadable_checkpoint_is_one_line(copy, corrupt):
   best = checkpoints.Checkpoints(workdir, read_only=True).best_step()   # what evaluate reads
   corrupt(_step_dir(workdir, best))
   before = _snapshot(workdir)
-  line = _error_line(_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd, check=False))
+  line = _error_line(tiny_config.run_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd,
+                                          check=False))
   assert f"checkpoint {best}" in line and "cannot be read" in line
   assert _snapshot(workdir) == before
 
@@ -145,8 +140,8 @@ def test_no_readable_checkpoint_is_one_line_and_keeps_the_files(copy):
     if step_dir.name.isdigit():
       shutil.rmtree(step_dir / "state")
   before = _snapshot(workdir)
-  line = _error_line(_main(*_config_flags(train__num_epochs=EPOCHS + 1),
-                           "--workdir=runs/tiny", cwd=cwd, check=False),
+  line = _error_line(tiny_config.run_main(*_config_flags(train__num_epochs=EPOCHS + 1),
+                                          "--workdir=runs/tiny", cwd=cwd, check=False),
                      after_training_logs=True)
   assert "no checkpoint" in line and "can be read" in line
   assert _snapshot(workdir) == before
@@ -155,10 +150,10 @@ def test_no_readable_checkpoint_is_one_line_and_keeps_the_files(copy):
 def test_divergence_stops_in_one_line_and_a_smaller_lr_resumes(copy):
   cwd, workdir = copy
   checkpoints_before = _snapshot(workdir / "checkpoints")
-  line = _error_line(_main(*_config_flags(train__num_epochs=EPOCHS + 1,
-                                              train__learning_rate=200.0),
-                           "--workdir=runs/tiny", cwd=cwd, check=False),
-                     after_training_logs=True)
+  result = tiny_config.run_main(
+      *_config_flags(train__num_epochs=EPOCHS + 1, train__learning_rate=200.0),
+      "--workdir=runs/tiny", cwd=cwd, check=False)
+  line = _error_line(result, after_training_logs=True)
   assert "training diverged at step" in line and "learning rate 200" in line
   assert f"last good checkpoint (step {LAST_STEP})" in line
   assert "--config.train.learning_rate" in line
@@ -167,13 +162,14 @@ def test_divergence_stops_in_one_line_and_a_smaller_lr_resumes(copy):
   assert event["event"] == "diverged" and event["learning_rate"] == 200.0
   assert line.startswith(f"error: training diverged at step {event['step']} (learning rate "
                          f"200): {event['reason']}; ")
-  assert event["step"] > LAST_STEP and results.read_run(workdir)["diverged"] == {
+  assert event["step"] > LAST_STEP and runs.read_run(workdir)["diverged"] == {
       key: event[key] for key in ("step", "learning_rate", "reason")}
-  result = _main(*_config_flags(train__num_epochs=EPOCHS + 1, train__learning_rate=0.5),
-                 "--workdir=runs/tiny", cwd=cwd)
+  result = tiny_config.run_main(
+      *_config_flags(train__num_epochs=EPOCHS + 1, train__learning_rate=0.5),
+      "--workdir=runs/tiny", cwd=cwd)
   summary = _json_lines(result.stdout)[-1]
   assert summary["epochs"] == EPOCHS + 1 and summary["valid_perplexity"] < 1e4
-  assert results.read_run(workdir)["diverged"] is None  # The resumed session did not.
+  assert runs.read_run(workdir)["diverged"] is None  # The resumed session did not.
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -185,12 +181,12 @@ def test_divergence_stops_in_one_line_and_a_smaller_lr_resumes(copy):
 ])
 def test_bad_arguments_are_one_line(trained, flags, message):
   (trained / "empty.txt").write_text("\n  \n")
-  line = _error_line(_main(*flags, "--workdir=runs/tiny", cwd=trained, check=False))
+  line = _error_line(tiny_config.run_main(*flags, "--workdir=runs/tiny", cwd=trained, check=False))
   assert message in line
 
 
 def test_unknown_prompt_words_are_named(trained):
-  result = _main("--mode=generate", "--workdir=runs/tiny", "--prompt=the zyzzyva qwfp",
-                 "--num_tokens=3", cwd=trained)
+  result = tiny_config.run_main("--mode=generate", "--workdir=runs/tiny",
+                                "--prompt=the zyzzyva qwfp", "--num_tokens=3", cwd=trained)
   assert "read as <unk>: zyzzyva qwfp" in result.stderr
   assert result.stdout.split()[:3] == ["the", "zyzzyva", "qwfp"]

@@ -6,7 +6,6 @@ and the shell scripts sent to the workers run under bash against a stub Python a
 
 import importlib.util
 import os
-import pathlib
 import shlex
 import subprocess
 import sys
@@ -14,8 +13,9 @@ import tarfile
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "launch" / "tpu.py"
+import tiny_config
+
+SCRIPT = tiny_config.REPO / "launch" / "tpu.py"
 REPO = "https://github.com/OWNER/attnlm_jax"
 GCS = "gs://my-bucket/runs/demo"
 
@@ -31,7 +31,7 @@ def _load_module():
 tpu = _load_module()
 
 
-def _launch(*args, env=None, cwd=ROOT):
+def _launch(*args, env=None, cwd=tiny_config.REPO):
   return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
                         timeout=60, env=env, cwd=cwd)
 

@@ -11,29 +11,22 @@ import sys
 
 import pytest
 
-from attnlm_jax import logging_utils
+from attnlm_jax.common import logging_utils
 import tiny_config
-
-
-def _main(*args, check=True) -> subprocess.CompletedProcess:
-  result = subprocess.run([sys.executable, "-m", "attnlm_jax.main", *map(str, args)],
-                          cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300)
-  if check:
-    assert result.returncode == 0, result.stderr[-3000:]
-  return result
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
   """A workdir trained for one epoch with the tiny config."""
   path = tmp_path_factory.mktemp("run")
-  _main(*tiny_config.flags(train__num_epochs=1), f"--workdir={path}")
+  tiny_config.run_main(*tiny_config.flags(train__num_epochs=1), f"--workdir={path}")
   return path
 
 
 @pytest.fixture(scope="module")
 def valid_result(workdir):
-  return json.loads(_main("--mode=evaluate", f"--workdir={workdir}").stdout.splitlines()[-1])
+  result = tiny_config.run_main("--mode=evaluate", f"--workdir={workdir}")
+  return json.loads(result.stdout.splitlines()[-1])
 
 
 def _snapshot(path) -> dict:
@@ -81,14 +74,14 @@ def test_a_change_to_the_code_marks_the_code_version_and_one_to_the_docs_does_no
   git("add", ".")
   git("commit", "-qm", "code")
   version = lambda: subprocess.run(
-      [sys.executable, "-c", "from attnlm_jax import logging_utils; "
+      [sys.executable, "-c", "from attnlm_jax.common import logging_utils; "
        "print(logging_utils.code_version())"],
       cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True).stdout.strip()
   head = git("rev-parse", "HEAD")
   assert version() == head
   (tmp_path / "README.md").write_text("a checkout, its docs edited\n")
   assert version() == head
-  with (tmp_path / "attnlm_jax" / "scores.py").open("a") as source:
+  with (tmp_path / "attnlm_jax" / "models" / "scores.py").open("a") as source:
     source.write("# an edit\n")
   assert version() == head + "+changes"
 
@@ -96,11 +89,11 @@ def test_a_change_to_the_code_marks_the_code_version_and_one_to_the_docs_does_no
 def test_the_code_version_outside_a_checkout_is_the_installed_package(tmp_path):
   """A copy of the package outside any git checkout (an installed wheel) names its version."""
   shutil.copytree(tiny_config.REPO / "attnlm_jax", tmp_path / "attnlm_jax")
-  done = subprocess.run([sys.executable, "-c", "from attnlm_jax import logging_utils; "
+  done = subprocess.run([sys.executable, "-c", "from attnlm_jax.common import logging_utils; "
                          "print(logging_utils.__file__); print(logging_utils.code_version())"],
                         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
   imported_from, version = done.stdout.split()
-  assert imported_from == str(tmp_path / "attnlm_jax" / "logging_utils.py")
+  assert imported_from == str(tmp_path / "attnlm_jax" / "common" / "logging_utils.py")
   assert version == f"attnlm_jax=={importlib.metadata.version('attnlm_jax')}"
 
 
@@ -109,7 +102,8 @@ def test_host_cpus_are_those_the_process_may_use():
   """They size XLA's CPU thread pool, and with it the order of float32 sums: one CPU under
   `taskset -c 0`, whatever the host has."""
   done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
-                         "from attnlm_jax import logging_utils; print(logging_utils.host_cpus())"],
+                         "from attnlm_jax.common import logging_utils; "
+                         "print(logging_utils.host_cpus())"],
                         capture_output=True, text=True, timeout=120, check=True)
   assert done.stdout.split() == ["1"]
 
@@ -128,8 +122,8 @@ def test_score_log_probs_sum_to_the_evaluate_nll(workdir, valid_result, tmp_path
   from attnlm_jax import data  # pylint: disable=g-import-not-at-top
   corpus = data.read_split("embedded", "", "valid")
   (tmp_path / "valid.txt").write_text("\n".join(" ".join(s) for s in corpus.sentences))
-  _main("--mode=score", f"--workdir={workdir}", f"--input={tmp_path / 'valid.txt'}",
-        f"--output={tmp_path / 'scores.jsonl'}")
+  tiny_config.run_main("--mode=score", f"--workdir={workdir}", f"--input={tmp_path / 'valid.txt'}",
+                       f"--output={tmp_path / 'scores.jsonl'}")
   rows = [json.loads(l) for l in (tmp_path / "scores.jsonl").read_text().splitlines()]
   assert len(rows) == len(corpus.sentences)
   assert rows[0]["tokens"][-1] == "<eos>"
@@ -142,10 +136,10 @@ def test_score_log_probs_sum_to_the_evaluate_nll(workdir, valid_result, tmp_path
 
 def test_generate_is_reproducible_for_a_seed(workdir):
   args = ("--mode=generate", f"--workdir={workdir}", "--prompt=the", "--num_tokens=20")
-  first = _main(*args, "--seed=3").stdout.strip()
-  assert first == _main(*args, "--seed=3").stdout.strip()
+  first = tiny_config.run_main(*args, "--seed=3").stdout.strip()
+  assert first == tiny_config.run_main(*args, "--seed=3").stdout.strip()
   assert first.split()[0] == "the" and len(first.split()) == 21
-  assert first != _main(*args, "--seed=4").stdout.strip()     # the seed is what decides
+  assert first != tiny_config.run_main(*args, "--seed=4").stdout.strip()  # the seed decides
 
 
 @pytest.mark.parametrize("flag, message", [
@@ -157,7 +151,8 @@ def test_generate_is_reproducible_for_a_seed(workdir):
 def test_user_errors_are_one_line_and_write_nothing(workdir, flag, message):
   before = _snapshot(workdir)
   extra = ["--config.data.data_dir=/nonexistent/ptb"] if "corpus" in flag else []
-  result = _main(*tiny_config.flags(), flag, *extra, f"--workdir={workdir}", check=False)
+  result = tiny_config.run_main(*tiny_config.flags(), flag, *extra, f"--workdir={workdir}",
+                                check=False)
   assert result.returncode == 1
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
@@ -167,8 +162,8 @@ def test_user_errors_are_one_line_and_write_nothing(workdir, flag, message):
 
 def test_analyze_writes_heatmap_entropy_and_probe_files(workdir, tmp_path):
   out = tmp_path / "analysis_run"
-  result = _main("--mode=analyze", f"--workdir={out}", f"--workdirs={workdir}",
-                 "--sentences=the keys to the cabinet are on the table")
+  result = tiny_config.run_main("--mode=analyze", f"--workdir={out}", f"--workdirs={workdir}",
+                                "--sentences=the keys to the cabinet are on the table")
   summary = json.loads(result.stdout.splitlines()[-1])
   written = {p.name for p in (out / "analysis").iterdir()}
   assert {"attention.png", "attention.json", "entropy.png", "entropy.json"} <= written
@@ -201,8 +196,8 @@ def test_pages_only_rewrites_a_table_in_training_and_trains_nothing(tmp_path):
   for name in pages:
     (workdir / name).unlink()
   logs = _snapshot(workdir)
-  result = _main("--mode=reproduce", "--table=salton_ptb", f"--workdir={workdir}",
-                 "--pages_only")
+  result = tiny_config.run_main("--mode=reproduce", "--table=salton_ptb", f"--workdir={workdir}",
+                                "--pages_only")
   summary = json.loads(result.stdout.splitlines()[-1])
   statuses = {r["name"]: r["status"]
               for r in json.loads((committed / "results.json").read_text())["rows"]}

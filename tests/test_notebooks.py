@@ -2,13 +2,16 @@
 stored without outputs and carry the Colab badge and setup cell."""
 
 import os
-import pathlib
 
 import nbclient
 import nbformat
 import pytest
 
-NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+import tiny_config
+
+pytestmark = pytest.mark.slow  # Each notebook runs in a kernel of its own.
+
+NOTEBOOK_DIR = tiny_config.REPO / "notebooks"
 # Run in this order: the later ones reuse the runs of the earlier ones (each would train
 # what it misses when run alone).
 NOTEBOOKS = ("quickstart", "attention_analysis", "reproduce_tables", "testtime")
@@ -36,7 +39,7 @@ def test_stored_notebook_is_stripped_and_opens_in_colab(name):
 def kernel_env(tmp_path_factory):
   """The environment of the notebooks' kernel: smoke mode, one shared runs directory."""
   saved = dict(os.environ)
-  root = pathlib.Path(__file__).resolve().parents[1]
+  root = tiny_config.REPO
   os.environ.update({
       "ATTNLM_NOTEBOOK_SMOKE": "1",
       "ATTNLM_NOTEBOOK_WORKDIR": str(tmp_path_factory.mktemp("notebook_runs")),

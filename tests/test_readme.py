@@ -20,7 +20,7 @@ README = tiny_config.REPO / "README.md"
 NOT_IN_A_CLONE = (".git", ".venv", "workdirs", "runs", "__pycache__", "*.egg-info",
                   ".pytest_cache")
 # The test suite's second command runs one small test file, not the suite again.
-QUICK_TEST_FILE = "tests/test_losses.py"
+QUICK_TEST_FILE = "tests/models/test_losses.py"
 TIMEOUT = 900
 
 
@@ -83,6 +83,7 @@ def test_the_python_the_readme_and_setup_ask_for_is_what_the_pinned_jax_needs():
   assert f"with Python {floor.removeprefix('>=')}+," in README.read_text()
 
 
+@pytest.mark.slow
 def test_the_quick_start_trains_and_evaluates_the_demo(fresh_clone):
   clone, env = fresh_clone
   train_and_evaluate = quick_start_commands(README.read_text())[0]
@@ -102,6 +103,7 @@ def test_the_quick_start_trains_and_evaluates_the_demo(fresh_clone):
   assert evaluation["perplexity"] == pytest.approx(quoted["perplexity"], rel=0.05)
 
 
+@pytest.mark.slow
 def test_the_quick_start_installs_the_test_extra_and_runs_pytest(fresh_clone):
   clone, env = fresh_clone
   install_and_test = quick_start_commands(README.read_text())[1]
@@ -131,7 +133,7 @@ def _written(path) -> set[str]:
 def test_the_results_section_quotes_only_numbers_the_committed_runs_wrote():
   """Every one-decimal number of the README's results is one a committed run wrote: in a
   table's pages (results.json, testtime.json) or a run's own log (metrics.jsonl, probes)."""
-  section = README.read_text().split("## Reproduced results", 1)[1].split("\n## ", 1)[0]
+  section = README.read_text().split("## Results", 1)[1].split("\n## ", 1)[0]
   written = set().union(*(_written(path) for pattern in ("**/*.json", "**/*.jsonl")
                           for path in (tiny_config.REPO / "docs" / "results").glob(pattern)))
   quoted = set(re.findall(r"-?\d+\.\d\b", section))

@@ -28,7 +28,7 @@ import zlib
 
 from etils import epath
 
-from attnlm_jax import errors
+from attnlm_jax.common import errors
 from attnlm_jax.data import locations
 
 CORPORA = ("ptb", "wikitext2", "embedded")

@@ -45,7 +45,7 @@ from absl import app
 from absl import flags
 import tqdm
 
-from attnlm_jax import errors
+from attnlm_jax.common import errors
 from attnlm_jax.data import corpus as corpus_lib
 from attnlm_jax.data import locations
 

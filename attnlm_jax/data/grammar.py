@@ -27,7 +27,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from attnlm_jax import errors
+from attnlm_jax.common import errors
 
 SG, PL = 0, 1
 SPLIT_SIZES = {"train": 20_000, "valid": 2_000, "test": 2_000}

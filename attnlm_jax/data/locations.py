@@ -1,5 +1,5 @@
 """Where the corpora live: the data root, each corpus's directory in it, how to download it;
-and `absolute`, how a local path given by a user is read.
+`absolute`, how a local path given by a user is read, and `as_typed`, how one is printed.
 
 The data root is `$ATTNLM_DATA_DIR` when set, else `$XDG_DATA_HOME/attnlm_jax`, else
 `~/.local/share/attnlm_jax`. `python -m attnlm_jax.data.download --corpus=NAME` fills it with
@@ -9,6 +9,7 @@ the layout of `CORPORA`, which the configs' default `data_dir`s point into.
 from __future__ import annotations
 
 import os
+import pathlib
 from typing import NamedTuple
 
 from etils import epath
@@ -35,6 +36,15 @@ def absolute(path: str) -> str:
   if not path or "://" in path:
     return path
   return os.path.abspath(os.path.expanduser(path))
+
+
+def as_typed(path: epath.Path) -> epath.Path:
+  """`path` relative to the current directory when it lies inside it (as a user types it
+  from the repository root), else as it is: the form the printed commands take."""
+  local = pathlib.Path(os.fspath(path))
+  if local.is_absolute() and local.is_relative_to(pathlib.Path.cwd()):
+    return epath.Path(local.relative_to(pathlib.Path.cwd()))
+  return path
 
 
 def data_root() -> epath.Path:

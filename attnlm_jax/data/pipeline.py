@@ -38,7 +38,7 @@ class EncodedSplit:
     oov: words of the split that are not in the vocabulary (encoded as UNK_ID).
     lines: lines of the source file, when known.
     tags: int32 stream aligned with `tokens`: the POS tag id of each token (the <eos> tag
-      for EOS_ID), when config.data.tagger_dir names a tagger; else None.
+      for EOS_ID), when `load` was given a tag source; else None.
   """
   tokens: np.ndarray
   sentence_lengths: np.ndarray
@@ -130,7 +130,13 @@ def _split_reader(config: ml_collections.ConfigDict) -> Callable[[str], SplitTex
   return functools.partial(corpus_lib.read_split, config.corpus, config.data_dir)
 
 
-def load(data_config: ml_collections.ConfigDict, vocab: Vocabulary | None = None) -> "LMData":
+# Tags the sentences of a split: (split, sentences) -> per sentence the tag ids of its words
+# followed by the <eos> tag (`tagger.tagging.corpus_tags` makes one from a trained tagger).
+TagSource = Callable[[str, list], list]
+
+
+def load(data_config: ml_collections.ConfigDict, vocab: Vocabulary | None = None,
+         tag_source: TagSource | None = None) -> "LMData":
   """Reads the training split and returns the dataset facade.
 
   Args:
@@ -139,6 +145,7 @@ def load(data_config: ml_collections.ConfigDict, vocab: Vocabulary | None = None
       data root) and width_multiple for bucketing).
     vocab: the vocabulary to use (e.g. restored with a checkpoint); built from the training
       split when None.
+    tag_source: the POS tags of each split (a `tags` stream beside its tokens), or None.
 
   Returns:
     The LMData; valid and test are read on first use.
@@ -150,18 +157,20 @@ def load(data_config: ml_collections.ConfigDict, vocab: Vocabulary | None = None
   reader = _split_reader(data_config)
   train = reader(split="train")
   vocab = vocab if vocab is not None else Vocabulary.build(train.sentences)
-  return LMData(data_config, vocab, reader, train)
+  return LMData(data_config, vocab, reader, train, tag_source)
 
 
 class LMData:
   """A corpus encoded with a vocabulary: sentences, training iterators and eval batches."""
 
   def __init__(self, config: ml_collections.ConfigDict, vocab: Vocabulary,
-               reader: Callable[[str], SplitText], train: SplitText):
+               reader: Callable[[str], SplitText], train: SplitText,
+               tag_source: TagSource | None = None):
     """Use `load`; `reader(split=...)` reads valid/test on first use."""
     self.config = config
     self.vocab = vocab
     self._reader = reader
+    self._tag_source = tag_source
     self._splits = {"train": self._encode(train, "train")}
     self._units = {}
     self._train_batches = None  # `first_batches`: the batches an epoch is cut to.
@@ -176,13 +185,11 @@ class LMData:
     return self._splits[split]
 
   def _encode(self, text: SplitText, split: str) -> EncodedSplit:
-    """`encode_split`, plus the `tags` stream when config.tagger_dir names a tagger (the
-    split is tagged once and cached beside it, see `tagger.tag_corpus`)."""
+    """`encode_split`, plus the `tags` stream from the tag source, if any."""
     encoded = encode_split(text, self.vocab)
-    if not self.config.get("tagger_dir"):
+    if self._tag_source is None:
       return encoded
-    from attnlm_jax import tagger  # pylint: disable=g-import-not-at-top
-    tags = tagger.tag_corpus(self.config.tagger_dir, self.config.corpus, split, text.sentences)
+    tags = self._tag_source(split, text.sentences)
     return dataclasses.replace(encoded, tags=np.concatenate(tags).astype(np.int32))
 
   def sentences(self, split: str) -> list[np.ndarray]:

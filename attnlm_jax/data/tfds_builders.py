@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 import tqdm
 
-from attnlm_jax import logging_utils
+from attnlm_jax.common import logging_utils
 from attnlm_jax.data import corpus as corpus_lib
 from attnlm_jax.data import locations
 

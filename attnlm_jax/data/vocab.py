@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 from etils import epath
 import numpy as np
 
-from attnlm_jax import errors
+from attnlm_jax.common import errors
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2

@@ -18,9 +18,9 @@ import sys
 import jax
 import numpy as np
 
-from attnlm_jax import dynamic_eval
-from attnlm_jax import evaluate
-from attnlm_jax import json_io
+from attnlm_jax.common import json_io
+from attnlm_jax.evaluation import evaluate
+from attnlm_jax.testtime import dynamic_eval
 
 model = evaluate.load(sys.argv[1])
 evaluator = dynamic_eval.DynamicEvaluator(model)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlm_jax import data as data_lib
-from attnlm_jax import evaluate, losses, models
+from attnlm_jax.evaluation import evaluate, losses, models
 
 model = evaluate.load(sys.argv[1])
 num_batches = int(sys.argv[2])

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlm_jax import dynamic_eval
-from attnlm_jax import evaluate
+from attnlm_jax.evaluation import evaluate
 from attnlm_jax import models
+from attnlm_jax.testtime import dynamic_eval
 
 model = evaluate.load(sys.argv[1])
 evaluator = dynamic_eval.DynamicEvaluator(model)

@@ -16,8 +16,8 @@ import jax
 import numpy as np
 
 from attnlm_jax import data as data_lib
-from attnlm_jax import evaluate, losses, models
 from attnlm_jax.data import pipeline
+from attnlm_jax.evaluation import evaluate, losses, models
 
 model = evaluate.load(sys.argv[1])
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0

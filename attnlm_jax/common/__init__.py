@@ -1,0 +1,1 @@
+"""Errors, JSON, logging and figures: what every part of the package uses."""

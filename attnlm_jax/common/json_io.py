@@ -1,0 +1,41 @@
+"""JSON that stays standard (RFC 8259) when a number is not finite: `dumps` writes an infinite
+perplexity as the string "inf" (and "-inf", "nan"), `loads` reads them back as floats."""
+
+import json
+import math
+from typing import Any
+
+NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _named(value: Any) -> Any:
+  """`value` with each non-finite float replaced by its name in NON_FINITE."""
+  if isinstance(value, float) and not math.isfinite(value):
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+  if isinstance(value, dict):
+    return {key: _named(item) for key, item in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_named(item) for item in value]
+  return value
+
+
+def _numbers(value: Any) -> Any:
+  """`value` with each string named in NON_FINITE replaced by its float."""
+  if isinstance(value, str):
+    return NON_FINITE.get(value, value)
+  if isinstance(value, dict):
+    return {key: _numbers(item) for key, item in value.items()}
+  if isinstance(value, list):
+    return [_numbers(item) for item in value]
+  return value
+
+
+def dumps(value: Any, **kwargs) -> str:
+  """`json.dumps` of `value` (its keyword arguments too), non-finite floats as strings."""
+  return json.dumps(_named(value), allow_nan=False, **kwargs)
+
+
+def loads(text: str) -> Any:
+  """What `dumps` wrote: its strings "inf", "-inf" and "nan" as floats. For files of
+  results only: a string value that is one of those names becomes a float."""
+  return _numbers(json.loads(text))

@@ -1,0 +1,1 @@
+"""Using a trained model: perplexity, scores, samples, interpolation, n-best rescoring, analysis."""

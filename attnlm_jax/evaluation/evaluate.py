@@ -1,0 +1,255 @@
+"""Using a trained model: perplexity of a split, per-token scores of a file, and sampling.
+
+All three restore the best checkpoint of a training workdir (the parameters training ends
+with), with the vocabulary and, unless another is given, the config saved beside it.
+- `evaluate`: both perplexities of a split (`losses.py`) with `steps.Evaluator`;
+- `score`: the natural-log probability of every token of every line of a text file
+  (`models.apply`), in the same batches as evaluation; `split_log_probs` gives the same for
+  every token of a split (what `ensemble.py` mixes);
+- `generate`: samples continuations of a prompt one token at a time (`models.step`).
+"""
+
+import dataclasses
+import functools
+from typing import Iterator, Optional, Sequence
+
+from etils import epath
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from attnlm_jax import data as data_lib
+from attnlm_jax.data import batching
+from attnlm_jax.data import pipeline
+from attnlm_jax import models
+from attnlm_jax.models import losses
+from attnlm_jax.tagger import model as tagger_model
+from attnlm_jax.tagger import tagging
+from attnlm_jax.training import checkpoints
+from attnlm_jax.training import parallel
+from attnlm_jax.training import run_config
+from attnlm_jax.training import steps
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedModel:
+  """A restored model: config (vocab_size filled), vocabulary, parameters and their step."""
+  config: ml_collections.ConfigDict
+  vocab: data_lib.Vocabulary
+  params: dict
+  step: int
+
+  def load_data(self) -> data_lib.LMData:
+    """The model's corpus in its vocabulary (with its tagger's tags for POS-tag inputs)."""
+    return data_lib.load(self.config.data, self.vocab, tagging.corpus_tags(self.config.data))
+
+
+def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> TrainedModel:
+  """Restores the best checkpoint of `workdir` (the latest if no epoch has ended yet).
+
+  Args:
+    workdir: a training run's directory.
+    config: the config to use; None reads the run's config.json. Either way the checkpoint
+      must fit it (vocabulary and parameter shapes), else CheckpointError.
+  """
+  workdir = epath.Path(workdir)
+  vocab = checkpoints.read_vocab(workdir)
+  config = run_config.complete(config if config is not None
+                               else checkpoints.read_config(workdir), len(vocab))
+  params = jax.eval_shape(functools.partial(models.init, config=config.model),
+                          jax.random.PRNGKey(0))
+  checkpoints.check_compatible(workdir, vocab, params)
+  ckpt = checkpoints.Checkpoints(workdir, read_only=True)
+  step = ckpt.best_step()
+  step = ckpt.latest_step() if step is None else step
+  if step is None:
+    raise checkpoints.CheckpointError(
+        f"no checkpoint in {ckpt.directory}: train first with --mode=train "
+        f"--workdir={workdir}")
+  state, _ = ckpt.restore(step, jax.eval_shape(
+      functools.partial(steps.initial_state, config), params))
+  ckpt.close()
+  return TrainedModel(config, vocab, state["params"], step)
+
+
+def evaluate(model: TrainedModel, split: str) -> dict:
+  """Perplexities of a split of the model's corpus.
+
+  Returns:
+    {"split", "perplexity", "perplexity_paper_convention", "nll", "tokens", "sentences",
+     "step"}.
+  """
+  data = model.load_data()
+  result = steps.Evaluator(model.config.model)(parallel.replicate(model.params), data, split,
+                                               model.config.data.eval_batch_size)
+  return {"split": split, **result, "step": model.step}
+
+
+def _log_prob_step(params, batch, *, model_config):
+  """Per-token log-probs [rows, T] (0 at padding) of one device's slice (under pmap)."""
+  logits = models.apply(params, model_config, batch["inputs"], batch["lengths"],
+                        tags=batch.get("tags"))
+  log_probs = losses.token_log_probs(logits, batch["targets"])
+  return jnp.where(losses.token_mask(batch["lengths"], log_probs.shape[1]), log_probs, 0.0)
+
+
+def stream_log_probs(model: TrainedModel, stream: pipeline.EncodedSplit,
+                     units: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
+  """log p(token) [N] (natural log, float64) of every token of an encoded token stream.
+
+  Each unit ((starts, lengths) of contiguous token ranges; default: one per sentence) is
+  one row, scored whole with `models.apply` (with the stream's tags for a POS-tag model) in
+  the batches of evaluation (longest first, `eval_batch_size` rows, pmapped); the result
+  is in stream order.
+  """
+  units = units or batching.sentence_units(stream.sentence_lengths)
+  starts, lengths = units
+  batch_size = model.config.data.eval_batch_size
+  p_step = jax.pmap(functools.partial(_log_prob_step, model_config=model.config.model),
+                    axis_name=parallel.AXIS)
+  p_params = parallel.replicate(model.params)
+  result = np.zeros(len(stream.tokens), np.float64)
+  for rows, batch in pipeline.eval_batches(stream, units, batch_size):
+    log_probs = np.asarray(p_step(p_params, parallel.shard_batch(batch,
+                                                                  steps.EVAL_TIME_MULTIPLE)))
+    log_probs = log_probs.reshape(batch_size, -1)
+    for row, unit in enumerate(rows[rows >= 0]):
+      result[starts[unit]:starts[unit] + lengths[unit]] = log_probs[row, :lengths[unit]]
+  return result
+
+
+def _window_log_prob_step(params, batch, carry, *, model_config):
+  """`_log_prob_step` of one stream window, from and to the rows' carried state (pmap)."""
+  logits, carry, _ = models.apply_window(params, model_config, batch["inputs"],
+                                         batch["lengths"], carry, tags=batch.get("tags"))
+  log_probs = losses.token_log_probs(logits, batch["targets"])
+  return jnp.where(losses.token_mask(batch["lengths"], log_probs.shape[1]), log_probs,
+                   0.0), carry
+
+
+def _stream_protocol_log_probs(model: TrainedModel, data: pipeline.LMData,
+                               split: str) -> np.ndarray:
+  """log p(token) [N] of every token of `split` read as evaluation reads a stream: the
+  windows of `eval_batch_size` rows with the state carried (config.data.span "stream")."""
+  batch_size = model.config.data.eval_batch_size
+  p_step = jax.pmap(functools.partial(_window_log_prob_step, model_config=model.config.model),
+                    axis_name=parallel.AXIS)
+  p_params = parallel.replicate(model.params)
+  carry = parallel.replicate(steps.initial_carry(
+      model.params, model.config.model, batch_size // jax.local_device_count()))
+  starts, lengths = data.stream_rows(split, batch_size)
+  width = model.config.data.max_len
+  result = np.zeros(len(data.split(split).tokens), np.float64)
+  for window, batch in enumerate(data.eval_batches(split, batch_size)):
+    log_probs, carry = p_step(p_params, parallel.shard_batch(batch), carry)
+    log_probs = np.asarray(log_probs).reshape(batch_size, width)
+    for row in range(batch_size):
+      offset = window * width
+      count = int(np.clip(lengths[row] - offset, 0, width))
+      result[starts[row] + offset:starts[row] + offset + count] = log_probs[row, :count]
+  return result
+
+
+def split_log_probs(model: TrainedModel, split: str) -> tuple[np.ndarray, np.ndarray]:
+  """(tokens [N], log-probs [N]) of a split of the model's corpus.
+
+  The tokens are the split's stream (each sentence's word ids, then EOS_ID); the log-probs
+  are computed over the rows of evaluation (config.data.span: `stream_log_probs` over
+  sentences or documents, carried windows under the stream protocol), so they sum to minus
+  the `nll` of `evaluate`.
+  """
+  data = model.load_data()
+  stream = data.split(split)
+  if data.is_stream:
+    return stream.tokens, _stream_protocol_log_probs(model, data, split)
+  return stream.tokens, stream_log_probs(model, stream, data.units(split))
+
+
+def _tagged(model: TrainedModel, text: data_lib.SplitText,
+            stream: pipeline.EncodedSplit) -> pipeline.EncodedSplit:
+  """`stream` with the tags of `text` by the model's tagger (unchanged without pos_tags)."""
+  if not model.config.model.pos_tags:
+    return stream
+  tags = tagger_model.tag_ids(tagging.load(model.config.data.tagger_dir), text.sentences)
+  return dataclasses.replace(stream, tags=np.concatenate(
+      [np.append(ids, data_lib.EOS_ID) for ids in tags]).astype(np.int32))
+
+
+def score(model: TrainedModel, lines: Sequence[str], *,
+          keep_blank: bool = False) -> Iterator[dict]:
+  """Scores every non-blank line of text as one sentence (words split at whitespace).
+
+  keep_blank: score blank lines too, each as a sentence without words (only its `<eos>`):
+    an n-best list's empty hypothesis (`rescoring`).
+  With POS-tag inputs, the lines are tagged by the model's left-to-right tagger first.
+
+  Yields, in input order, one {"tokens": words then "<eos>" (unknown words as "<unk>"),
+  "log_probs": natural-log probability of each token, "log_prob": their sum} per sentence.
+  """
+  sentences = [tuple(line.split()) for line in lines if keep_blank or line.strip()]
+  text = data_lib.SplitText(sentences, [0] * len(sentences))
+  stream = _tagged(model, text, pipeline.encode_split(text, model.vocab))
+  log_probs = stream_log_probs(model, stream)
+  ends = np.cumsum(stream.sentence_lengths)
+  for first, last in zip(ends - stream.sentence_lengths, ends):
+    values = log_probs[first:last].tolist()
+    yield {"tokens": model.vocab.decode(stream.tokens[first:last]),
+           "log_probs": values, "log_prob": sum(values)}
+
+
+def generate(model: TrainedModel, prompt: str, num_tokens: int, temperature: float,
+             seed: int) -> list[str]:
+  """Samples `num_tokens` words after `prompt`, one `models.step` at a time.
+
+  Each sentence starts from a fresh state fed the start symbol `<eos>`; the prompt's words
+  are fed next; a sampled `<eos>` ends the sentence and starts a new one. Sampling is from
+  softmax(logits / temperature) (greedy at temperature 0), never `<pad>`; the draw of the
+  i-th word uses `fold_in(PRNGKey(seed), i)`, so a seed fixes the output. With POS-tag
+  inputs each word is fed with its tag from the left-to-right tagger, which tags the
+  sentence so far (the words fed, never later ones).
+
+  Returns:
+    The sampled words (`<eos>` included where sentences end).
+  """
+  config = model.config.model
+  capacity = len(prompt.split()) + num_tokens + 1
+  step_fn = jax.jit(lambda params, state, token, tag: models.step(params, config, state,
+                                                                  token, tag=tag))
+  pos_tagger = tagging.load(model.config.data.tagger_dir) if config.pos_tags else None
+
+  def feed(state, sentence: list[str]):
+    """Feeds the last word of `sentence` ([]: the start symbol) with its tag."""
+    token = model.vocab.encode(sentence[-1:])[0] if sentence else data_lib.EOS_ID
+    tag = (tagger_model.tag_ids(pos_tagger, [sentence])[0][-1] if pos_tagger and sentence
+           else data_lib.EOS_ID)
+    return step_fn(model.params, state, jnp.asarray([token], jnp.int32),
+                   jnp.asarray([tag], jnp.int32))
+
+  def start(words: Sequence[str]):
+    state = models.init_state(model.params, config, 1, capacity)
+    for end in range(len(words) + 1):
+      logits, state = feed(state, list(words[:end]))
+    return logits, state
+
+  @jax.jit
+  def sample(logits, key):
+    logits = logits[0].at[data_lib.PAD_ID].set(-jnp.inf)
+    if temperature == 0:
+      return jnp.argmax(logits)
+    return jax.random.categorical(key, logits / temperature)
+
+  rng = jax.random.PRNGKey(seed)
+  sentence = prompt.split()
+  logits, state = start(sentence)
+  words = []
+  for i in range(num_tokens):
+    token = int(sample(logits, jax.random.fold_in(rng, i)))
+    words.append(model.vocab.words[token])
+    if token == data_lib.EOS_ID:
+      sentence = []
+      logits, state = start(sentence)
+    else:
+      sentence.append(model.vocab.words[token])
+      logits, state = feed(state, sentence)
+  return words

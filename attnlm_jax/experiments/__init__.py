@@ -1,0 +1,1 @@
+"""The published tables: their rows, the runner that trains them and the pages it writes."""

@@ -1,0 +1,162 @@
+"""The papers' printed perplexities, and finished runs set beside them.
+
+`PAPER_RESULTS` holds the numbers the papers print. The Salton papers computed them with their
+released code's rule (a sentence's first word not predicted, every token counted:
+`losses.perplexities`); Zaremba et al. predicted every token; the DAS and conv1x1 papers do not
+say. `paper_differences` compares a run under the paper's rule (the standard one when unstated).
+"""
+
+import dataclasses
+from typing import Optional, Sequence
+
+from matplotlib import figure as figure_lib
+
+from attnlm_jax.common import figures
+from attnlm_jax.experiments import markdown
+from attnlm_jax.experiments import runs
+
+ZAREMBA = "Zaremba, Sutskever & Vinyals 2015"
+SALTON_2017 = "Salton, Ross & Kelleher 2017"
+SALTON_2018 = "Salton & Kelleher 2018"
+CAO_YU = "Cao & Yu (DAS LM)"
+CONV1X1 = "Convolutional attention LM"
+RELEASED_CODE_RULE = "released code's rule (first word not predicted)"
+STANDARD_RULE = "standard (every token predicted)"
+NOT_STATED = "not stated"
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperResult:
+  """One printed row: perplexities as printed, with the model it corresponds to here."""
+  paper: str
+  corpus: str        # "ptb" or "wikitext2"
+  model: str         # the paper's name for the model
+  score: str         # this project's `config.model.score`
+  params: str        # parameter count as printed
+  valid: Optional[float]
+  test: float
+  convention: str    # how the paper computed perplexity
+
+
+PAPER_RESULTS = (
+    # Zaremba et al.'s Table 1 (stream protocol, untied softmax); the parameter counts are
+    # those Salton et al. (2017) print beside these rows.
+    PaperResult(ZAREMBA, "ptb", "Non-regularized LSTM", "none", "-", 120.7, 114.5,
+                STANDARD_RULE),
+    PaperResult(ZAREMBA, "ptb", "Medium regularized LSTM", "none", "20M", 86.2, 82.7,
+                STANDARD_RULE),
+    PaperResult(ZAREMBA, "ptb", "Large regularized LSTM", "none", "66M", 82.2, 78.4,
+                STANDARD_RULE),
+    PaperResult(SALTON_2017, "ptb", "Attentive LM, single score", "single", "14.5M", 71.7,
+                70.1, RELEASED_CODE_RULE),
+    PaperResult(SALTON_2017, "ptb", "Attentive LM, combined score", "combined", "14.5M",
+                72.6, 70.7, RELEASED_CODE_RULE),
+    PaperResult(SALTON_2018, "ptb", "Averaging RNN-LM", "average", "14.1M", 71.6, 69.9,
+                RELEASED_CODE_RULE),
+    PaperResult(CAO_YU, "ptb", "LSTM 1x300", "none", "-", 91.3, 88.1, NOT_STATED),
+    PaperResult(CAO_YU, "ptb", "LSTMN", "lstmn", "-", 90.9, 87.0, NOT_STATED),
+    PaperResult(CAO_YU, "ptb", "DAS LM", "das", "-", 90.5, 86.6, NOT_STATED),
+    PaperResult(CAO_YU, "ptb", "DAS-LSTMN", "das_lstmn", "-", 88.8, 85.3, NOT_STATED),
+    PaperResult(CAO_YU, "ptb", "DAS-LSTMN + tagging model", "das_lstmn+tags", "-", 88.3,
+                85.0, NOT_STATED),
+    PaperResult(CAO_YU, "ptb", "DAS-LSTMN + tags, interpolated with LSTM", "interpolated",
+                "-", 84.2, 80.7, NOT_STATED),
+    PaperResult(CONV1X1, "ptb", "LSTM + 1x1 convolutional attention", "conv1x1", "8M", 61.3,
+                58.4, NOT_STATED),
+    PaperResult(SALTON_2017, "wikitext2", "Attentive LM, single score", "single", "50M",
+                73.7, 69.7, RELEASED_CODE_RULE),
+    PaperResult(SALTON_2017, "wikitext2", "Attentive LM, combined score", "combined", "50M",
+                74.3, 70.8, RELEASED_CODE_RULE),
+    PaperResult(SALTON_2018, "wikitext2", "Averaging RNN-LM", "average", "50M", 74.6, 71.3,
+                RELEASED_CODE_RULE),
+    PaperResult(CONV1X1, "wikitext2", "LSTM + 1x1 convolutional attention", "conv1x1", "8M",
+                53.7, 50.1, NOT_STATED),
+)
+
+
+def paper_result(corpus: str, model: str) -> PaperResult:
+  """The row of PAPER_RESULTS printed for `model` (the paper's name) on `corpus`."""
+  for result in PAPER_RESULTS:
+    if (result.corpus, result.model) == (corpus, model):
+      return result
+  raise KeyError(f"no printed result for {model!r} on {corpus!r} in results.PAPER_RESULTS")
+
+
+def compared_key(convention: str) -> str:
+  """The run's perplexity to set against a paper's: under the released code's rule for the
+  papers that used it, the standard one otherwise (also when the paper does not say)."""
+  return "perplexity_paper_convention" if convention == RELEASED_CODE_RULE else "perplexity"
+
+
+def paper_differences(run: dict, paper: PaperResult) -> dict:
+  """How far a run's numbers are from the printed ones, under the paper's rule.
+
+  Args:
+    run: holds RUN_KEYS (values may be None).
+    paper: the printed row.
+
+  Returns:
+    {"compared": the run's perplexity compared (`compared_key`), "valid" and "test":
+     {"run", "printed", "difference" (run - printed), "percent" (of printed)}, or None
+     when either number is missing}.
+  """
+  key = compared_key(paper.convention)
+  result = {"compared": key}
+  for split, printed in (("valid", paper.valid), ("test", paper.test)):
+    value = run.get(f"{split}_{key}")
+    result[split] = None if value is None or printed is None else {
+        "run": value, "printed": printed, "difference": value - printed,
+        "percent": 100.0 * (value - printed) / printed}
+  return result
+
+
+def comparison_table(workdirs: Sequence) -> list[dict]:
+  """The papers' rows and the runs', grouped by (corpus, model), papers first.
+
+  Each row: {"source" ("paper" or "run"), "name", "corpus", "score", "params",
+  "printed_valid", "printed_test" (papers), runs.RUN_KEYS (runs), "convention" (papers)}.
+  Every paper row is listed, whether or not a run matches it.
+  """
+  read = [runs.read_run(w) for w in workdirs]
+  rows = [{"source": "paper", "name": f"{p.model} [{p.paper}]", "corpus": p.corpus,
+           "score": p.score, "params": p.params, "printed_valid": p.valid,
+           "printed_test": p.test, **dict.fromkeys(runs.RUN_KEYS), "convention": p.convention}
+          for p in PAPER_RESULTS]
+  rows += [{"source": "run", "name": run["name"], "corpus": run["corpus"],
+            "score": run["score"], "params": f"{run['params'] / 1e6:.2f}M",
+            "printed_valid": None, "printed_test": None,
+            **{key: run[key] for key in runs.RUN_KEYS}, "convention": "both"}
+           for run in read]
+  order = {score: i for i, score in enumerate(dict.fromkeys(p.score for p in PAPER_RESULTS))}
+  return sorted(rows, key=lambda r: (r["corpus"], order.get(r["score"], len(order)),
+                                     r["score"], r["source"] != "paper"))
+
+
+def format_table(rows: Sequence[dict]) -> str:
+  """The comparison as a Markdown table (perplexities to one decimal; "-" when absent)."""
+  columns = ("corpus", "score", "name", "params", "printed_valid", "printed_test",
+             *runs.RUN_KEYS, "convention")
+  headers = ("corpus", "model", "source", "params", "paper valid", "paper test",
+             "valid", "test", "valid (paper conv.)", "test (paper conv.)",
+             "perplexity rule")
+  return markdown.markdown_table(headers, [[markdown.format_number(row[c]) for c in columns]
+                                          for row in rows])
+
+
+def plot_comparison(rows: Sequence[dict], path) -> None:
+  """Test perplexity per row: printed (papers), and both conventions (runs); saves a PNG."""
+  fig = figure_lib.Figure(figsize=(max(6, 0.45 * len(rows) + 2), 5), layout="constrained")
+  ax = fig.subplots()
+  series = (("printed_test", "paper, as printed", "C0"),
+            ("test_perplexity", "run: perplexity", "C1"),
+            ("test_perplexity_paper_convention", "run: paper convention", "C2"))
+  for offset, (key, label, color) in zip((-0.27, 0.0, 0.27), series):
+    points = [(i + offset, row[key]) for i, row in enumerate(rows) if row[key] is not None]
+    if points:
+      ax.bar(*zip(*points), width=0.27, color=color, label=label)
+  ax.set_xticks(range(len(rows)),
+                [f"{r['corpus']}: {r['score']}\n{r['name'][:28]}" for r in rows],
+                rotation=75, fontsize=7)
+  ax.set(ylabel="test perplexity", title="test perplexity: papers vs runs")
+  ax.legend(fontsize=8)
+  figures.save_figure(fig, path)

@@ -1,0 +1,81 @@
+"""What a table's row directory holds (`read`): the row's status, size, epochs and
+perplexities, in the words the pages use."""
+
+import json
+from typing import Optional
+
+from etils import epath
+
+from attnlm_jax.common import logging_utils
+from attnlm_jax.experiments import runs
+from attnlm_jax.experiments import tables
+
+FINISHED = "finished"
+NOT_STARTED = "not started"
+RUNNING = "running"  # Started, not finished: a status "running: epoch k of n".
+DIVERGED = "diverged"  # Its last session diverged: a status "diverged: step s".
+INTERPOLATION_FILE = "interpolation.json"  # An interpolation row's result, in its directory.
+TAGGER_FILE = "tagger.json"                # Written by `tagging.save` (attnlm_jax/tagger).
+SPLITS = ("valid", "test")
+
+
+def _training_state(row_dir: epath.Path) -> dict:
+  """Status, parameter count, epochs and final perplexities of a training row; a running
+  row's best epoch so far, with its "best_valid_perplexity" and "last_epoch_seconds"."""
+  if not (row_dir / logging_utils.METRICS_FILE).exists():
+    return {"status": NOT_STARTED}
+  run = runs.read_run(row_dir)
+  state = {"status": FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
+           "epochs_run": run["epochs_run"], "valid_curve": run["valid_curve"],
+           "ran_on": run["ran_on"], "code_versions": run["code_versions"],
+           "epoch_seconds": run["epoch_seconds"],
+           "fastest_epoch_seconds": run["fastest_epoch_seconds"],
+           **{key: run[key] for key in runs.RUN_KEYS}}
+  if run["diverged"]:
+    state.update(status=f"{DIVERGED}: step {run['diverged']['step']}",
+                 diverged=run["diverged"])
+  elif not run["finished"]:
+    state.update(status=f"{RUNNING}: epoch {run['epochs_run']} of {run['num_epochs']}",
+                 best_valid_perplexity=run["best_valid_perplexity"],
+                 last_epoch_seconds=run["last_epoch_seconds"],
+                 patience_ends=_patience_ends(run))
+  return state
+
+
+def _patience_ends(run: dict) -> Optional[int]:
+  """The epoch after which early stopping ends a running row unless an epoch before it
+  improves on the best so far: best epoch + patience, when that comes before the row's last
+  epoch (else None, as when the log does not record them)."""
+  known = None not in (run["best_epoch"], run["patience"], run["num_epochs"])
+  if known and run["best_epoch"] + run["patience"] < run["num_epochs"]:
+    return run["best_epoch"] + run["patience"]
+  return None
+
+
+def _tagger_state(row_dir: epath.Path) -> dict:
+  """Status, parameter count and test accuracy of a tagger row."""
+  if not (row_dir / TAGGER_FILE).exists():
+    return {"status": NOT_STARTED}
+  metrics = json.loads((row_dir / TAGGER_FILE).read_text())["metrics"]
+  return {"status": FINISHED, "params": metrics["num_params"],
+          "test_accuracy": metrics["test_accuracy"]}
+
+
+def _interpolation_state(row_dir: epath.Path) -> dict:
+  """Status and perplexities of an interpolation row."""
+  if not (row_dir / INTERPOLATION_FILE).exists():
+    return {"status": NOT_STARTED}
+  mixture = json.loads((row_dir / INTERPOLATION_FILE).read_text())
+  return {"status": FINISHED, "weights": mixture["test"]["weights"],
+          **{f"{split}_{key}": mixture[split][key] for split in SPLITS
+             for key in ("perplexity", "perplexity_paper_convention")}}
+
+
+_STATE_READERS = {tables.TRAIN: _training_state, tables.TAGGER: _tagger_state,
+                  tables.INTERPOLATE: _interpolation_state}
+
+
+def read(row: tables.Row, workdir: epath.Path) -> dict:
+  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED, "running: epoch k of n" or
+  "diverged: step s" (the statuses of `table_page`), ...}."""
+  return _STATE_READERS[row.kind](row.directory(workdir))

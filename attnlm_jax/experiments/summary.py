@@ -1,0 +1,213 @@
+"""The results tables of the README and of each table's page, written from the committed
+results files (`docs/results/<table>/results.json` and `testtime.json`, the newest epoch
+benchmark in `benchmarks/results/`), so that every figure there is a file's value.
+
+    python -m attnlm_jax.experiments.summary          # rewrites the tables in place
+    python -m attnlm_jax.experiments.summary --check  # exit status 1 when one is out of date
+
+A table sits between `<!-- BEGIN name -->` and `<!-- END name -->` lines (`BLOCKS`).
+"""
+
+import pathlib
+import re
+import sys
+from typing import Optional, Sequence
+
+from attnlm_jax.common import json_io
+from attnlm_jax.experiments import markdown
+from attnlm_jax.experiments import printed
+from attnlm_jax.experiments import row_status
+from attnlm_jax.experiments import tables
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+RESULTS_DIR = "docs/results"
+BENCHMARKS_DIR = "benchmarks/results"
+TOLERANCE = 2.0   # Percent of a printed number within which a run reproduces it.
+SEED_SUFFIX = re.compile(r"_seed\d+$")
+TESTTIME_METHODS = (("cache", "cache"), ("dynamic_sgd", "dynamic SGD"),
+                    ("dynamic_rms", "dynamic RMS"))
+
+
+def base_row(name: str) -> str:
+  """The row a seed row repeats ("single_seed1" -> "single"); a row's own name otherwise."""
+  return SEED_SUFFIX.sub("", name)
+
+
+def verdict(percents: Sequence[float]) -> str:
+  """The verdict on a printed number from the finished seeds' differences to it (percent of
+  it, under its rule): "reproduces" (every seed within TOLERANCE), "misses" (every seed
+  higher by more), "beats" (every seed lower by more), "seeds disagree"; with one seed, what
+  it shows and that it is one ("higher, 1 seed")."""
+  if not percents:
+    return "-"
+  sides = {0 if abs(p) <= TOLERANCE else (1 if p > 0 else -1) for p in percents}
+  if len(percents) == 1:
+    return {0: "within 2%", 1: "higher", -1: "lower"}[sides.pop()] + ", 1 seed"
+  if len(sides) > 1:
+    return f"seeds disagree ({len(percents)} seeds)"
+  return {0: "reproduces", 1: "misses", -1: "beats"}[sides.pop()] + f" ({len(percents)} seeds)"
+
+
+def _order(path: pathlib.Path) -> tuple[int, str]:
+  """A table's folder in the order of `tables.TABLES` (others after, by name)."""
+  names = list(tables.TABLES)
+  name = path.parent.name
+  return (names.index(name) if name in names else len(names), name)
+
+
+def _tables(repository: pathlib.Path) -> list[dict]:
+  """Every committed table's results.json, in the order of `tables.TABLES`."""
+  paths = sorted((repository / RESULTS_DIR).glob("*/results.json"), key=_order)
+  return [json_io.loads(path.read_text()) for path in paths]
+
+
+def _cell(value: Optional[float]) -> str:
+  return markdown.format_number(value)
+
+
+def _difference(row: dict) -> str:
+  """"+3.7 (+5.2%)": the test difference to the printed number, under its rule."""
+  test = (row.get("differences") or {}).get("test")
+  if not test:
+    return "-"
+  return f"{test['difference']:+.1f} ({test['percent']:+.1f}%)"
+
+
+def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[str]]:
+  """One line per row of a table: its test perplexity under both rules, the printed test
+  number, the difference and the verdict (over every seed of the row); `link` is the path
+  from the page to the table's folder `committed` (a row's name links to its folder there)."""
+  seeds = {}
+  for row in table["rows"]:
+    test = (row.get("differences") or {}).get("test")
+    if row["status"] == row_status.FINISHED and test:
+      seeds.setdefault(base_row(row["name"]), []).append(test["percent"])
+  lines = []
+  for row in table["rows"]:
+    paper = row.get("paper")
+    if row["status"] != row_status.FINISHED:
+      judged = row["status"]
+    elif paper:
+      judged = verdict(seeds.get(base_row(row["name"]), []))
+    else:
+      judged = "no printed row"
+    name = (f"[{row['name']}]({link}/{row['name']}/)" if (committed / row["name"]).is_dir()
+            else row["name"])
+    lines.append([f"[{table['table']}]({link}/README.md)", name,
+                  _cell(row.get("test_perplexity")),
+                  _cell(row.get("test_perplexity_paper_convention")),
+                  f"{_cell(paper['test'])} ({_rule(paper['convention'])})" if paper else "-",
+                  _difference(row), judged])
+  return lines
+
+
+def _rule(convention: str) -> str:
+  """A printed number's rule in a word."""
+  return {printed.RELEASED_CODE_RULE: "released rule", printed.STANDARD_RULE: "standard",
+          printed.NOT_STATED: "rule not stated"}[convention]
+
+
+RESULTS_HEADERS = ("table", "row", "test", "test, released rule", "printed test",
+                   "difference", "verdict")
+
+
+def results_table(repository: pathlib.Path, prefix: str = RESULTS_DIR,
+                  only: Optional[str] = None) -> str:
+  """The results table of every committed table (or of table `only`), its links relative
+  to `prefix` (the path from the page to docs/results)."""
+  lines = []
+  for table in _tables(repository):
+    if only in (None, table["table"]):
+      lines += results_rows(table, f"{prefix}/{table['table']}" if only is None else ".",
+                            repository / RESULTS_DIR / table["table"])
+  return markdown.markdown_table(RESULTS_HEADERS, lines)
+
+
+def testtime_table(repository: pathlib.Path) -> str:
+  """Test perplexity (every token predicted) of each row alone and with each test-time
+  method, from the tables' testtime.json."""
+  lines = []
+  for path in sorted((repository / RESULTS_DIR).glob("*/testtime.json"), key=_order):
+    page = json_io.loads(path.read_text())
+    for row in page["rows"]:
+      results = row.get("results") or {}
+      if not results:
+        continue
+      lines.append([f"[{page['table']}]({RESULTS_DIR}/{page['table']}/testtime.md)",
+                    row["name"], _cell(row.get("test_perplexity")),
+                    *(_cell((results.get(key) or {}).get("perplexity"))
+                      for key, _ in TESTTIME_METHODS)])
+  return markdown.markdown_table(("table", "row", "alone", *(n for _, n in TESTTIME_METHODS)),
+                                 lines)
+
+
+def newest_epoch_benchmark(repository: pathlib.Path) -> pathlib.Path:
+  """The epoch benchmark's newest results file (its name starts with its date)."""
+  return sorted((repository / BENCHMARKS_DIR).glob("*_epoch*.jsonl"))[-1]
+
+
+def performance_table(repository: pathlib.Path) -> str:
+  """Training tokens per second of the project's loop and of its PyTorch peer, from the
+  newest epoch benchmark (the lines that timed both)."""
+  path = newest_epoch_benchmark(repository)
+  records = [json_io.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  lines = [[f"`{r['command'].split('benchmarks.epoch ')[-1]}`", r["cpu"],
+            f"{r['tokens_per_s']['jax']:,.1f}", f"{r['tokens_per_s']['torch']:,.1f}",
+            f"{r['ratio_jax_over_torch']['tokens_per_s']:.3f}"]
+           for r in records if "torch" in r.get("tokens_per_s", {})]
+  table = markdown.markdown_table(("arguments", "CPU", "JAX tokens/s", "PyTorch tokens/s",
+                                   "JAX / PyTorch"), lines)
+  relative = path.relative_to(repository)
+  return f"{table}\n\nFrom [{relative}]({relative}): `python -m benchmarks.epoch ARGUMENTS`."
+
+
+def blocks(repository: pathlib.Path) -> dict[pathlib.Path, dict[str, str]]:
+  """Each page's tables: {page: {block name: Markdown}}."""
+  pages = {repository / "README.md": {
+      "results_table": results_table(repository),
+      "testtime_table": testtime_table(repository),
+      "performance_table": performance_table(repository)}}
+  for table in _tables(repository):
+    page = repository / RESULTS_DIR / table["table"] / "README.md"
+    if page.exists():
+      pages[page] = {"results_table": results_table(repository, only=table["table"])}
+  return pages
+
+
+def replace_block(text: str, name: str, content: str) -> str:
+  """`text` with the lines between its BEGIN and END lines of block `name` set to
+  `content`; ValueError when the page lacks them."""
+  begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+  pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
+  if not pattern.search(text):
+    raise ValueError(f"no {begin} ... {end} lines")
+  return pattern.sub(lambda _: f"{begin}\n{content}\n{end}", text)
+
+
+def update(repository: pathlib.Path = REPOSITORY, check: bool = False) -> list[pathlib.Path]:
+  """Rewrites every page's tables (with `check`, only compares); returns the pages whose
+  tables were (or, with `check`, would be) changed."""
+  changed = []
+  for page, contents in blocks(repository).items():
+    text = page.read_text()
+    new = text
+    for name, content in contents.items():
+      new = replace_block(new, name, content)
+    if new != text:
+      changed.append(page)
+      if not check:
+        page.write_text(new)
+  return changed
+
+
+def main(argv: Sequence[str]) -> int:
+  check = "--check" in argv[1:]
+  changed = update(REPOSITORY, check=check)
+  for page in changed:
+    print(f"{page.relative_to(REPOSITORY)}: "
+          f"{'out of date' if check else 'rewritten'}", file=sys.stderr)
+  return 1 if check and changed else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))

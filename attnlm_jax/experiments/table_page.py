@@ -1,0 +1,202 @@
+"""results.md of a table: its rows beside the printed numbers, the notes on how they ran, and
+each row's validation perplexity epoch by epoch beside the reference row's.
+
+`format_markdown` renders the results.json dict that `reproduce.write_results` writes; the
+row statuses below are the words both use.
+"""
+
+import collections
+from typing import Optional, Sequence
+
+from attnlm_jax.experiments import markdown
+from attnlm_jax.experiments import row_status
+from attnlm_jax.experiments import runs
+
+
+
+def count(value: Optional[int]) -> str:
+  """A count with thousands separators, "-" for None."""
+  return "-" if value is None else f"{value:,}"
+
+
+def _difference_cell(difference: Optional[dict]) -> str:
+  """"+1.2 (+1.7%)", or "-"."""
+  if not difference:
+    return "-"
+  return f"{difference['difference']:+.1f} ({difference['percent']:+.1f}%)"
+
+
+def _is_running(record: dict) -> bool:
+  """True for a row that has started and not finished."""
+  return record["status"].startswith(row_status.RUNNING)
+
+
+def _is_diverged(record: dict) -> bool:
+  """True for a row whose last session diverged."""
+  return record["status"].startswith(row_status.DIVERGED)
+
+
+def _markdown_cells(record: dict) -> list[str]:
+  """One results.md line of a row: a running row shows its epochs done of the most (and its
+  best epoch so far) and, as `valid`, its best validation perplexity so far."""
+  number = markdown.format_number
+  perplexities = [number(record[key]) for key in runs.RUN_KEYS]
+  if record["status"] == row_status.NOT_STARTED:
+    epochs = "not run"
+  elif _is_diverged(record):
+    epochs = f"{record['status']} (epoch {record['epochs_run'] + 1})"
+  elif _is_running(record):
+    best = f" (best {record['best_epoch']})" if record["best_epoch"] else ""
+    epochs = f"{row_status.RUNNING}: {record['epochs_run']} of {count(record['num_epochs'])}{best}"
+    if record["best_valid_perplexity"] is not None:
+      perplexities[0] = f"{number(record['best_valid_perplexity'])} (so far)"
+  elif record["epochs_run"] is None:
+    epochs = "-"
+  else:
+    epochs = f"{record['epochs_run']} ({record['best_epoch']})"
+  paper, differences = record["paper"], record["differences"] or {}
+  return [record["name"], record["model"], count(record["params"]), epochs, *perplexities,
+          f"{number(paper['valid'])} / {number(paper['test'])}" if paper else "-",
+          f"{paper['paper']}, {paper['convention']}" if paper else "-",
+          _difference_cell(differences.get("valid")), _difference_cell(differences.get("test"))]
+
+
+def _running_note(record: dict) -> str:
+  """results.md's note on a running row: epochs done, best so far, last epoch's time."""
+  note = (f"- `{record['name']}` is still training: {record['epochs_run']} of "
+          f"{count(record['num_epochs'])} epochs done")
+  if record["best_valid_perplexity"] is not None:
+    note += (f", best valid perplexity so far "
+             f"{markdown.format_number(record['best_valid_perplexity'])} "
+             f"(epoch {record['best_epoch']})")
+  if record["last_epoch_seconds"] is not None:
+    note += f", last epoch {record['last_epoch_seconds']:,.1f} s"
+  if record.get("patience_ends") is not None:  # Pages written before the key lack it.
+    note += (f"; early stopping ends it after epoch {record['patience_ends']} unless an "
+             f"epoch before then improves on epoch {record['best_epoch']}")
+  return note + "."
+
+
+def _diverged_note(record: dict) -> str:
+  """results.md's note on a diverged row: where, at what learning rate, and why."""
+  diverged = record["diverged"]
+  return (f"- `{record['name']}` diverged at step {diverged['step']} (learning rate "
+          f"{diverged['learning_rate']:g}): {diverged['reason']}.")
+
+
+def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
+  """results.md's notes on the rows whose first learning rate is not the one most rows start
+  at (a row's config may lower it where the table's rate does not train it; none when all
+  rows agree or the rows predate the record)."""
+  rates = [r.get("learning_rate") for r in rows if r.get("learning_rate") is not None]
+  if len(set(rates)) < 2:
+    return []
+  usual = collections.Counter(rates).most_common(1)[0][0]
+  by_rate = {}
+  for record in rows:
+    if record.get("learning_rate") not in (None, usual):
+      by_rate.setdefault(record["learning_rate"], []).append(f"`{record['name']}`")
+  return [f"- {' and '.join(names)} start{'s' if len(names) == 1 else ''} at learning rate "
+          f"{rate} ({'its config' if len(names) == 1 else 'their configs'}; the other rows at "
+          f"{usual})." for rate, names in by_rate.items()]
+
+
+def _batching_notes(rows: Sequence[dict]) -> list[str]:
+  """results.md's note on the rows that train on batches of random sentences where the others'
+  are bucketed by length (the `conv1x1` batch norm needs them: docs/models.md)."""
+  random_rows = [f"`{r['name']}`" for r in rows if r.get("bucket") is False]
+  if not random_rows or not any(r.get("bucket") for r in rows):
+    return []
+  return [f"- {' and '.join(random_rows)} train{'s' if len(random_rows) == 1 else ''} on "
+          "batches of random sentences, the other rows on batches of sentences of similar "
+          "length (docs/models.md)."]
+
+
+def _ran_on_notes(rows: Sequence[dict]) -> list[str]:
+  """results.md's notes on where the rows trained: one line per place, naming its rows, each
+  with its fastest and median seconds of an epoch there when known, or, for a running row
+  with none timed there yet, saying so (the rows whose logs do not say where are left out),
+  and what the two times mean."""
+  places = {}
+  for record in rows:
+    for place in record["ran_on"]:
+      fastest, median = (record[key].get(place)
+                         for key in ("fastest_epoch_seconds", "epoch_seconds"))
+      if fastest is not None:
+        times = f" ({fastest:,.1f} s its fastest epoch, {median:,.1f} s the median)"
+      else:
+        times = " (no epoch timed there yet)" if _is_running(record) else ""
+      places.setdefault(place, []).append(f"`{record['name']}`{times}")
+  timed = any(record["epoch_seconds"] for record in rows)
+  return [*(f"- Trained on {place}: {', '.join(names)}." for place, names in places.items()),
+          *(["- An epoch's time is its steps, its validation and its saves. The fastest "
+             "epoch is a row's cost on a quiet machine; the median also counts epochs slowed "
+             "by compiling or by other work on the machine."] if timed else [])]
+
+
+def _code_note(rows: Sequence[dict]) -> list[str]:
+  """results.md's note on the code that trained the rows, each with the `code_version`s of
+  its sessions (a commit, "+changes" when the checkout's code differed from it); none when no
+  row's log records it (older logs do not: pages written before the key lack it)."""
+  named = [f"`{r['name']}` {', '.join(r['code_versions'])}" for r in rows
+           if r.get("code_versions")]
+  return [f"- Code that trained them (`code_version` in each log): {'; '.join(named)}."
+          ] if named else []
+
+
+def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:
+  """Each row's validation perplexity at every epoch relative to the `reference` row's, in
+  percent ((row - reference) / reference x 100), for the epochs both have run:
+  {row: [[epoch, percent], ...]} from the rows' `valid_curve`s ([[epoch, perplexity], ...])."""
+  curves = {r["name"]: dict(r["valid_curve"]) for r in rows}
+  base = curves[reference]
+  return {name: [[epoch, round(100 * (p - base[epoch]) / base[epoch], 3)]
+                 for epoch, p in curve.items() if epoch in base]
+          for name, curve in curves.items() if name != reference}
+
+
+def _epoch_section(summary: dict) -> list[str]:
+  """results.md's table of validation perplexity per epoch beside the reference row's (and,
+  with a tolerance, whether each row stays within it)."""
+  reference, rows = summary["reference"], summary["rows"]
+  differences = summary["epoch_differences"]
+  columns = [dict(r["valid_curve"]) for r in rows] + [dict(d) for d in differences.values()]
+  formats = [markdown.format_number] * len(rows) + [lambda x: f"{x:+.2f}%"] * len(differences)
+  headers = ("epoch", *(r["name"] for r in rows), *(f"{n} vs {reference}" for n in differences))
+  epochs = sorted(set().union(*columns))
+  lines = [[str(epoch), *(fmt(c[epoch]) if epoch in c else "-"
+                          for c, fmt in zip(columns, formats))] for epoch in epochs]
+  tolerance = summary["tolerance"]
+  verdicts = [f"- `{name}`: " + ("within" if d and all(abs(x) <= tolerance for _, x in d)
+                                 else "not within" if d else "no epoch yet to compare")
+              + f" {tolerance:g}% of `{reference}` at every epoch it has run."
+              for name, d in differences.items()] if tolerance is not None else []
+  return ["", f"Validation perplexity after every epoch, and its difference to `{reference}`:",
+          "", markdown.markdown_table(headers, lines), *([""] + verdicts if verdicts else [])]
+
+
+def format_markdown(summary: dict) -> str:
+  """results.md of a results.json dict."""
+  headers = ("row", "model / config", "params", "epochs (best)", "valid", "test",
+             "valid (paper conv.)", "test (paper conv.)", "printed valid / test",
+             "printed by, perplexity rule", "difference valid", "difference test")
+  table = markdown.markdown_table(
+      headers, [_markdown_cells(record) for record in summary["rows"]])
+  notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
+           "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
+  notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
+  notes += _learning_rate_notes(summary["rows"])
+  notes += _batching_notes(summary["rows"])
+  notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
+  notes += [_diverged_note(r) for r in summary["rows"] if _is_diverged(r)]
+  notes += _ran_on_notes(summary["rows"])
+  notes += _code_note(summary["rows"])
+  return "\n".join([
+      f"# Table `{summary['table']}`: {summary['title']}", "",
+      f"Reproduce with `{summary['command']}` (results of {summary['date']}).", "", table, "",
+      "`valid` and `test` predict every token; `(paper conv.)` is the released code's rule "
+      "(a sentence's first word not predicted but counted). A difference is the run's "
+      "perplexity under the printed number's rule (the standard one when the paper does not "
+      "say) minus the printed one, and its percentage of the printed one. Epochs: run "
+      "(best); the best epoch's parameters are evaluated.", *([""] + notes if notes else []),
+      *(_epoch_section(summary) if summary.get("reference") else []), ""])

@@ -1,0 +1,200 @@
+"""The published tables as data: each row a config file of `configs/` with its argument and
+overrides and the printed row it is set beside (`printed.PAPER_RESULTS`), the POS tagger a
+`tags=1` row reads, or an interpolation of trained rows (docs/reproduce.md)."""
+
+import dataclasses
+import pathlib
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from etils import epath
+
+from attnlm_jax.common import errors
+
+# Row kinds.
+TRAIN = "train"              # train.train_and_evaluate
+TAGGER = "tagger"            # tagger.train_tagger
+INTERPOLATE = "interpolate"  # ensemble.interpolate of trained rows on valid and test
+
+
+class TableError(errors.UserError):
+  """An unknown table or row, or no configs/ directory to read rows from."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One row of a table.
+
+  Attributes:
+    name: the row's name, also its directory in the table's workdir.
+    config: a file of configs/ and its argument, "ptb.py:score=single" (train, tagger rows).
+    overrides: dotted config field -> value, as `--config.FIELD=VALUE` sets it.
+    paper: (corpus, model) of its printed row in `results.PAPER_RESULTS`, or None.
+    kind: TRAIN, TAGGER or INTERPOLATE.
+    row_dirs: dotted config field -> the row whose directory it names (the tagger of a
+      `tags=1` row); those rows are trained first.
+    members: INTERPOLATE: the rows mixed, trained first.
+    weights: INTERPOLATE: the weight of each member.
+    note: what its page says about how it was run ("": nothing), e.g. the stopping rule.
+  """
+  name: str
+  config: str = ""
+  overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  paper: Optional[tuple[str, str]] = None
+  kind: str = TRAIN
+  row_dirs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  members: tuple[str, ...] = ()
+  weights: tuple[float, ...] = ()
+  note: str = ""
+
+  def directory(self, workdir) -> epath.Path:
+    """The row's directory in a table's workdir."""
+    return epath.Path(str(workdir)) / self.name
+
+  @property
+  def needs(self) -> tuple[str, ...]:
+    """The rows this one needs finished first."""
+    return (*self.row_dirs.values(), *self.members)
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """A published table: its title and rows (a row's dependencies come before it), and
+  `reference`, a row that the others are compared with epoch by epoch on the page ("": none),
+  and `tolerance`, when the page should say whether each row stays within that many percent
+  of it at every epoch (None: the comparison alone)."""
+  title: str
+  rows: tuple[Row, ...]
+  reference: str = ""
+  tolerance: Optional[float] = None
+
+
+# A 1 x 16 model, 50 batches of rows cut to 10 tokens and 2 epochs: seconds per row.
+DEMO_OVERRIDES = {"model.hidden_size": 16, "data.batch_size": 400, "data.max_len": 10,
+                  "data.bucket": False, "data.eval_batch_size": 2000, "train.num_epochs": 2,
+                  "train.patience": 2, "train.save_every_steps": 20,
+                  "train.log_every_steps": 10}
+
+# The bfloat16 check: the papers' recipe for its first 3 epochs (the learning rate is
+# constant until epoch 12), in each compute dtype.
+PRECISION_OVERRIDES = {"train.num_epochs": 3, "model.compute_dtype": "float32"}
+
+
+# The stopping rule of the paper-scale rows: the recipe halves the learning rate every
+# epoch from epoch 13, so by the end of epoch 22 it is 1/1024 of its first value; a row
+# that trained to the recipe's end reported what it would have reported had it stopped
+# there (the evidence: docs/reproduce.md).
+STOPPING_RULE = {"train.num_epochs": 22}
+STOPPING_RULE_NOTE = (f"ends after epoch {STOPPING_RULE['train.num_epochs']} at the latest, once "
+                      "its learning rate has been halved ten times (the stopping rule, "
+                      "docs/reproduce.md), or sooner when the recipe's patience runs out")
+
+
+def _salton_table(title: str, config_file: str, corpus: str,
+                  stopping_rule: Sequence[str] = (), seeds: Sequence[str] = ()) -> Table:
+  """The six paper-scale rows of the Salton papers' tables on `corpus`: the baseline, the
+  `proj` control, the Attentive LM's two scores, the averaging LM and 1x1-conv attention;
+  the rows named in `stopping_rule` end after epoch 22 (`STOPPING_RULE`); each score named in
+  `seeds` has a second row, SCORE_seed1, with seed 1 for its parameters, dropout and batch
+  order; the page compares every row with `none` epoch by epoch."""
+  printed = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
+             "average": "Averaging RNN-LM", "conv1x1": "LSTM + 1x1 convolutional attention"}
+  ruled = lambda score: score in stopping_rule
+
+  def row(score: str, seed: int) -> Row:
+    return Row(score + (f"_seed{seed}" if seed else ""), f"{config_file}:score={score}",
+               overrides={**(STOPPING_RULE if ruled(score) else {}),
+                          **({"seed": seed, "data.seed": seed} if seed else {})},
+               paper=(corpus, printed[score]) if score in printed else None,
+               note=STOPPING_RULE_NOTE if ruled(score) else "")
+
+  scores = ("none", "proj", "single", "combined", "average", "conv1x1")
+  return Table(title, tuple(row(score, 0) for score in scores)
+               + tuple(row(score, 1) for score in seeds), reference="none")
+
+
+TABLES = {
+    "zaremba": Table("Zaremba et al. (2015): regularized LSTMs on Penn Treebank", (
+        Row("small", "zaremba.py:size=small", paper=("ptb", "Non-regularized LSTM")),
+        Row("medium", "zaremba.py:size=medium", paper=("ptb", "Medium regularized LSTM")),
+        Row("large", "zaremba.py:size=large", paper=("ptb", "Large regularized LSTM")),
+    )),
+    "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",
+                                "ptb.py", "ptb",
+                                stopping_rule=("none", "proj", "combined", "average", "conv1x1"),
+                                seeds=("none", "proj", "single")),
+    "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",
+                                "wikitext2.py", "wikitext2"),
+    "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (
+        Row("tagger", "tagger.py", kind=TAGGER),
+        Row("lstm", "das.py:model=lstm", paper=("ptb", "LSTM 1x300")),
+        Row("lstmn", "das.py:model=lstmn", paper=("ptb", "LSTMN")),
+        Row("das", "das.py:model=das", paper=("ptb", "DAS LM")),
+        Row("das_lstmn", "das.py:model=das_lstmn", paper=("ptb", "DAS-LSTMN")),
+        Row("das_lstmn_tags", "das.py:model=das_lstmn,tags=1",
+            paper=("ptb", "DAS-LSTMN + tagging model"),
+            row_dirs={"data.tagger_dir": "tagger"}),
+        Row("interpolated", kind=INTERPOLATE, members=("das_lstmn_tags", "lstm"),
+            weights=(0.5, 0.5), paper=("ptb", "DAS-LSTMN + tags, interpolated with LSTM")),
+    )),
+    "ptb_cpu": Table("Attention scores on Penn Treebank, 1 x 200, on a CPU", (
+        Row("none", "ptb_small.py:score=none"),
+        Row("proj", "ptb_small.py:score=proj"),
+        Row("single", "ptb_small.py:score=single"),
+        Row("combined", "ptb_small.py:score=combined"),
+        Row("average", "ptb_small.py:score=average"),
+        Row("conv1x1", "ptb_small.py:score=conv1x1"),
+    ), reference="none"),
+    "precision": Table("bfloat16 against float32: 3 epochs of the 2 x 650 PTB `single` row", (
+        Row("float32", "ptb.py:score=single", PRECISION_OVERRIDES),
+        Row("bfloat16", "ptb.py:score=single",
+            {**PRECISION_OVERRIDES, "model.compute_dtype": "bfloat16"}),
+        # The same float32 arithmetic summed in another order (two batch shards): how far
+        # rounding alone moves the curve.
+        Row("float32_2shards", "ptb.py:score=single",
+            {**PRECISION_OVERRIDES, "train.grad_shards": 2}),
+    ), reference="float32", tolerance=1.0),
+    "demo": Table("Demo: a 1 x 16 LSTM with and without attention, embedded corpus", (
+        Row("none", "demo.py:score=none", DEMO_OVERRIDES),
+        Row("single", "demo.py:score=single", DEMO_OVERRIDES),
+    )),
+}
+
+
+def configs_dir() -> pathlib.Path:
+  """The repository's configs/ (beside the attnlm_jax package of a clone)."""
+  path = pathlib.Path(__file__).resolve().parents[2] / "configs"
+  if not path.is_dir():
+    raise TableError(f"{path} not found: the table runner reads the repository's "
+                     "configs/; run it from a clone (pip install -e .)")
+  return path
+
+
+def get_table(name: str) -> Table:
+  """The table called `name`."""
+  if name not in TABLES:
+    raise TableError(f"unknown table {name!r}: choose --table from {', '.join(TABLES)}")
+  return TABLES[name]
+
+
+def row_names(rows: Union[str, Sequence[str]]) -> list[str]:
+  """A `rows` argument as a list: a sequence of names, or one comma-separated string ("" is
+  none)."""
+  return (rows.split(",") if rows else []) if isinstance(rows, str) else list(rows)
+
+
+def select_rows(name: str, rows: Sequence[str] = ()) -> list[Row]:
+  """The rows of table `name` called `rows` (all when empty) and the rows they need, in the
+  table's order."""
+  by_name = {row.name: row for row in get_table(name).rows}
+  unknown = [row for row in rows if row not in by_name]
+  if unknown:
+    raise TableError(f"unknown row {', '.join(unknown)} of table {name}: choose --rows "
+                     f"from {', '.join(by_name)}")
+  wanted = set(rows or by_name)
+  pending = list(wanted)
+  while pending:
+    for need in by_name[pending.pop()].needs:
+      if need not in wanted:
+        wanted.add(need)
+        pending.append(need)
+  return [row for row in by_name.values() if row.name in wanted]

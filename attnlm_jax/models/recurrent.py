@@ -1,0 +1,147 @@
+"""Attention that feeds the recurrence: the DAS LM and the LSTMN, one LSTM step at a time.
+
+Both read buffers carried through the time scan (`memory.Memory`), so they run inside the
+scan step (`models._time_step`) and have no parallel form.
+
+DAS LM (Cao & Yu, "Deep Attentive Structured Language Model based on LSTM", eqs. 5-8):
+
+    w_t = E x_t
+    e_i = v . tanh(W_w w_i + W_h h_{t-1} + b_att) + b_v        i = 1..t (current input too)
+    a = softmax(e);  w'_t = sum_i a_i w_i;  LSTM input [w_t; w'_t]
+
+The buffer holds the input embeddings w_1..w_t as the LSTM reads them (after the embedding
+dropout in training), written before the read, so the current input is included (no zero
+slot). b_v is left out: softmax(e + b_v) = softmax(e), so it changes no
+output and would receive no gradient. With POS inputs (sec. 3.2) each input stream (words,
+tags) has its own attention over its own part of the buffer, m'_t = [w'_t; p'_t].
+
+LSTMN (Cheng, Dong & Lapata 2016, as written in Cao & Yu eqs. 1-4):
+
+    e_i = v . tanh(W_h h_i + W_x x_t + W_~h ~h_{t-1})         over the tape [h_0 = 0, h_1 ..]
+    a = softmax(e);  ~h_t = sum_i a_i h_i;  ~c_t = sum_i a_i c_i
+    (h_t, c_t) = LSTM(x_t, (~h_t, ~c_t))
+
+The tapes hold the first LSTM layer's states (the DAS paper's models have one layer; deeper
+layers keep their ordinary recurrence). In DAS-LSTMN (sec. 3.3) x_t is the whole LSTM input
+m_t = [w_t; w'_t].
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from attnlm_jax.models import lstm
+from attnlm_jax.models import memory as memory_lib
+from attnlm_jax.models import nn
+
+# The DAS input streams, in the order their embeddings are concatenated.
+STREAMS = ("words", "tags")
+
+
+class Tapes(NamedTuple):
+  """The LSTMN's memory: hidden and cell tapes (one shared mask) and the last read ~h_{t-1}."""
+  h: memory_lib.Memory
+  c: memory_lib.Memory
+  read: jax.Array
+
+
+def init(rng: jax.Array, recurrence: tuple[str, ...], *, hidden_size: int,
+         stream_sizes: dict, lstm_input_size: int, init_scale: float) -> dict:
+  """Parameters of the attentions in `recurrence`: U(-init_scale, init_scale), biases 0.
+
+  stream_sizes: DAS input stream name -> embedding size (its slice of the buffer).
+  lstm_input_size: the first layer's input size, the LSTMN query's x_t (or m_t).
+  """
+  uniform = lambda key, *shape: nn.uniform_init(key, shape, init_scale)
+  params = {}
+  rng_das, rng_lstmn = jax.random.split(rng)
+  if "das" in recurrence:
+    params["das"] = {}
+    for key, (stream, size) in zip(jax.random.split(rng_das, len(stream_sizes)),
+                                   stream_sizes.items()):
+      k_w, k_h, k_v = jax.random.split(key, 3)
+      params["das"][stream] = {"w_w": uniform(k_w, size, hidden_size),
+                               "w_h": uniform(k_h, hidden_size, hidden_size),
+                               "b_att": jnp.zeros((hidden_size,), jnp.float32),
+                               "v": uniform(k_v, hidden_size)}
+  if "lstmn" in recurrence:
+    k_h, k_x, k_r, k_v = jax.random.split(rng_lstmn, 4)
+    params["lstmn"] = {"w_h": uniform(k_h, hidden_size, hidden_size),
+                       "w_x": uniform(k_x, lstm_input_size, hidden_size),
+                       "w_r": uniform(k_r, hidden_size, hidden_size),
+                       "v": uniform(k_v, hidden_size)}
+  return params
+
+
+def das_scores(params: dict, inputs: jax.Array, h_prev: jax.Array,
+               compute_dtype=jnp.float32) -> jax.Array:
+  """Cao & Yu eq. 6 without b_v: e_i = v . tanh(W_w w_i + W_h h_{t-1} + b_att).
+
+  inputs [B, L, D] (w_i), h_prev [B, H] -> e [B, L].
+  """
+  keys = nn.dot(inputs, params["w_w"], compute_dtype)                          # [B, L, A]
+  query = nn.dot(h_prev, params["w_h"], compute_dtype) + params["b_att"]       # [B, A]
+  return nn.einsum("bla,a->bl", jnp.tanh(keys + query[:, None]), params["v"])
+
+
+def lstmn_scores(params: dict, tape_h: jax.Array, x: jax.Array, read_prev: jax.Array,
+                 compute_dtype=jnp.float32) -> jax.Array:
+  """Cheng et al. (2016) / Cao & Yu eq. 1: e_i = v . tanh(W_h h_i + W_x x_t + W_~h ~h_{t-1}).
+
+  tape_h [B, L, H], x [B, X], read_prev [B, H] -> e [B, L].
+  """
+  keys = nn.dot(tape_h, params["w_h"], compute_dtype)                          # [B, L, H]
+  query = (nn.dot(x, params["w_x"], compute_dtype)
+           + nn.dot(read_prev, params["w_r"], compute_dtype))                   # [B, H]
+  return nn.einsum("blh,h->bl", jnp.tanh(keys + query[:, None]), params["v"])
+
+
+def weighted_sum(weights: jax.Array, states: jax.Array) -> jax.Array:
+  """Cao & Yu eqs. 3 and 8: sum_i a_i s_i, weights [B, L] x states [B, L, D] -> [B, D]."""
+  return nn.einsum("bl,bld->bd", weights, states)
+
+
+def das_read(params: dict, inputs: memory_lib.Memory, h_prev: jax.Array,
+             compute_dtype=jnp.float32) -> tuple[jax.Array, dict]:
+  """The DAS context m'_t = [w'_t; p'_t] (eqs. 6-8, 19) over the buffer of inputs m_1..m_t.
+
+  params: stream name -> that stream's attention; each stream reads its own slice of the
+  buffer's features, in `STREAMS` order. Returns (context [B, D], stream -> weights [B, L]).
+  """
+  contexts, weights, start = [], {}, 0
+  for stream in (s for s in STREAMS if s in params):
+    size = params[stream]["w_w"].shape[0]
+    history = inputs.states[..., start:start + size]
+    weights[stream] = nn.masked_softmax(
+        das_scores(params[stream], history, h_prev, compute_dtype), inputs.mask)
+    contexts.append(weighted_sum(weights[stream], history))
+    start += size
+  return jnp.concatenate(contexts, axis=-1), weights
+
+
+def lstmn_read(params: dict, tapes: Tapes, x: jax.Array,
+               compute_dtype=jnp.float32) -> tuple[lstm.LSTMState, jax.Array]:
+  """(~h_t, ~c_t) = sum_i a_i (h_i, c_i) over the tapes (eqs. 1-3); returns them and a [B, L]."""
+  weights = nn.masked_softmax(
+      lstmn_scores(params, tapes.h.states, x, tapes.read, compute_dtype), tapes.h.mask)
+  return lstm.LSTMState(weighted_sum(weights, tapes.h.states),
+                        weighted_sum(weights, tapes.c.states)), weights
+
+
+def empty_inputs(batch_size: int, capacity: int, dim: int) -> memory_lib.Memory:
+  """The DAS buffer: `capacity` input embeddings of size `dim` (slot 0 stays unused)."""
+  return memory_lib.empty(batch_size, capacity + 1, dim, zero_slot=False)
+
+
+def empty_tapes(batch_size: int, capacity: int, hidden_size: int, zero_slot: bool) -> Tapes:
+  """Tapes holding only h_0 = c_0 = 0 (visible iff `zero_slot`), and ~h_0 = 0."""
+  buffer = memory_lib.empty(batch_size, capacity, hidden_size, zero_slot)
+  return Tapes(buffer, buffer, jnp.zeros((batch_size, hidden_size), jnp.float32))
+
+
+def write_tapes(tapes: Tapes, state: lstm.LSTMState, read: lstm.LSTMState,
+                valid: jax.Array) -> Tapes:
+  """Appends (h_t, c_t) to the tapes after the step; keeps ~h_t as the next query's ~h_{t-1}."""
+  return Tapes(memory_lib.write(tapes.h, state.h, valid),
+               memory_lib.write(tapes.c, state.c, valid), read.h)

@@ -1,0 +1,76 @@
+"""The tagged corpora the tagger trains on, read into the form of the PTB language-modelling
+files (Mikolov's preprocessing): numbers, `%` and `N` become `N`, other words are lower-cased,
+and (by default) punctuation tokens, absent from the PTB files, are dropped."""
+
+import re
+
+from etils import epath
+
+from attnlm_jax.common import errors
+from attnlm_jax.data import locations
+
+PUNCTUATION_TAGS = frozenset({",", ".", ":", "``", "''", "(", ")"})
+_NUMBER = re.compile(r"[\d.,:/\\-]*\d[\d.,:/\\-]*")
+
+
+class TaggerError(errors.UserError):
+  """A tagger file or corpus that cannot be used; the message names the file and the fix."""
+
+
+def normalize(word: str) -> str:
+  """The PTB form of a word: numbers (and `%`) -> `N`, everything else lower-cased."""
+  if word in ("N", "%") or _NUMBER.fullmatch(word):
+    return "N"
+  return word.lower()
+
+
+def read_conll(path, drop_punctuation: bool = True) -> list[tuple[tuple, tuple]]:
+  """Sentences of a CoNLL-2000 file (`word POS chunk` per line) as (words, tags), normalised."""
+  path = epath.Path(path)
+  if not path.exists():
+    raise TaggerError(f"{path} not found: {locations.download_hint('conll2000', path.parent)} "
+                      "or pass --config.data.data_dir=DIR, the directory holding train.txt "
+                      "and test.txt")
+  sentences, words, tags = [], [], []
+  for line in path.read_text().splitlines() + [""]:
+    fields = line.split()
+    if fields:
+      if not (drop_punctuation and fields[1] in PUNCTUATION_TAGS):
+        words.append(normalize(fields[0]))
+        tags.append(fields[1])
+    elif words:
+      sentences.append((tuple(words), tuple(tags)))
+      words, tags = [], []
+  return sentences
+
+
+def read_treebank_pos(directory, drop_punctuation: bool = True) -> list[tuple[tuple, tuple]]:
+  """Sentences of Penn Treebank `.pos` files (`word/TAG` tokens, `[ ]` chunk brackets) as
+  (words, tags), normalised like `read_conll`.
+
+  A sentence ends after a token tagged `.`; an ambiguous tag `A|B` reads as `A`.
+  """
+  files = sorted(epath.Path(directory).glob("*.pos"))
+  if not files:
+    raise TaggerError(f"no *.pos files in {directory}: "
+                      f"{locations.download_hint('treebank_sample', directory)}, pass "
+                      "--config.data.treebank_dir=DIR, a directory of Penn Treebank tagged "
+                      "files, or --config.data.treebank_dir= (empty) to train on CoNLL-2000 "
+                      "alone")
+  sentences, words, tags = [], [], []
+  for path in files:
+    for item in path.read_text().split():
+      word, slash, tag = item.rpartition("/")
+      if not slash or not word or item.startswith("====="):
+        continue
+      tag = tag.split("|")[0]
+      if not (drop_punctuation and tag in PUNCTUATION_TAGS):
+        words.append(normalize(word.replace("\\/", "/")))
+        tags.append(tag)
+      if tag == "." and words:
+        sentences.append((tuple(words), tuple(tags)))
+        words, tags = [], []
+    if words:
+      sentences.append((tuple(words), tuple(tags)))
+      words, tags = [], []
+  return sentences

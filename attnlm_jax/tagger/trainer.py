@@ -1,0 +1,91 @@
+"""Training the tagger: Adam on CoNLL-2000 (plus, optionally, the NLTK Penn Treebank sample),
+the saved weights a moving average of the trained ones; scored on the CoNLL-2000 test split."""
+
+import json
+import time
+
+from etils import epath
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from attnlm_jax.common import logging_utils
+from attnlm_jax.tagger import corpora
+from attnlm_jax.tagger import model as model_lib
+from attnlm_jax.tagger import tagging
+
+
+def _loss(params, config, batch, rng):
+  """Mean token cross-entropy over the real (non-padding) positions."""
+  logits = model_lib.apply(params, config, batch["words"], batch["suffixes"], train=True, rng=rng)
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["tags"])
+  mask = batch["tags"] != 0
+  return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1)
+
+
+def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
+  """Trains the tagger on CoNLL-2000 train, reports its accuracy on the test split, saves it.
+
+  config: `data` (data_dir, treebank_dir ('' = none: more training sentences from Penn
+  Treebank `.pos` files), drop_punctuation, min_count, batch_size, max_train_sentences
+  (0 = all)), `model` (see configs/tagger.py), `train` (learning_rate, num_epochs,
+  grad_clip, ema_decay: the saved parameters are an exponential moving average of the
+  trained ones, 0 = off), `seed`. Prints one JSON line per epoch and returns
+  {"test_accuracy", "majority_baseline", "num_params", ...}.
+  """
+  data_dir = epath.Path(config.data.data_dir)
+  train = corpora.read_conll(data_dir / "train.txt", config.data.drop_punctuation)
+  test = corpora.read_conll(data_dir / "test.txt", config.data.drop_punctuation)
+  if config.data.max_train_sentences:
+    train = train[:config.data.max_train_sentences]
+  if config.data.get("treebank_dir"):
+    train = train + corpora.read_treebank_pos(config.data.treebank_dir, config.data.drop_punctuation)
+  words = model_lib.build_vocabulary([w for w, _ in train], config.data.min_count)
+  endings = model_lib.build_vocabulary([model_lib.word_features(w, config.model)
+                              for s, _ in train for w in s], config.data.min_count)
+  tags = model_lib.build_tags([t for _, t in train])
+  params = model_lib.init(jax.random.key(config.seed), config.model, len(words), len(endings), len(tags))
+  tagger = model_lib.Tagger(params, config.model, words, endings, tags)
+  encoded = model_lib._encode(tagger, train, {t: i for i, t in enumerate(tags)})
+  optimizer = optax.chain(optax.clip_by_global_norm(config.train.grad_clip),
+                          optax.adam(config.train.learning_rate))
+  opt_state = optimizer.init(params)
+  decay = config.train.get("ema_decay", 0.0)
+
+  @jax.jit
+  def train_step(params, opt_state, average, batch, rng, step):
+    loss, grads = jax.value_and_grad(_loss)(params, config.model, batch, rng)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    rate = jnp.minimum(decay, (1.0 + step) / (10.0 + step))   # Short memory at first.
+    average = jax.tree.map(lambda a, p: rate * a + (1.0 - rate) * p, average, params)
+    return params, opt_state, average, loss
+
+  rng = jax.random.key(config.seed + 1)
+  order_rng = np.random.default_rng(config.seed)
+  average, step = params, 0
+  for epoch in range(1, config.train.num_epochs + 1):
+    start, losses = time.time(), []
+    num_batches = -(-len(encoded) // config.data.batch_size)
+    with logging_utils.progress_bar(f"epoch {epoch}", total=num_batches, unit="batch") as bar:
+      for batch in model_lib._batches(encoded, config.data.batch_size, order_rng):
+        rng, step_rng = jax.random.split(rng)
+        params, opt_state, average, loss = train_step(params, opt_state, average, batch,
+                                                      step_rng, np.float32(step))
+        losses.append(loss)
+        step += 1
+        bar.update()
+    print(json.dumps({"epoch": epoch, "train_loss": round(float(np.mean(losses)), 4),
+                      "seconds": round(time.time() - start, 1)}), flush=True)
+  tagger = tagger._replace(params=average if decay else params)
+  metrics = {
+      "test_accuracy": model_lib.accuracy(tagger, test),
+      "train_accuracy": model_lib.accuracy(tagger, train),
+      "majority_baseline": model_lib.majority_baseline(train, test),
+      "num_params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
+      "test_tokens": sum(len(w) for w, _ in test),
+  }
+  tagging.save(tagger, workdir, metrics)
+  return metrics

@@ -1,0 +1,1 @@
+"""Test-time memory: the neural cache, dynamic evaluation and their grid searches."""

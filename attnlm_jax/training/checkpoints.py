@@ -1,0 +1,256 @@
+"""Checkpoints of a training run (Orbax) and the files saved beside them: the latest two (to
+resume from) and the best by validation perplexity (to roll back to); an unreadable latest one
+is set aside in `unreadable_checkpoints/` and the run resumes from the one before
+(docs/training.md, "What goes in the workdir")."""
+
+import json
+from typing import Any, Optional
+
+from absl import logging
+from etils import epath
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers
+
+from attnlm_jax.common import errors
+from attnlm_jax.common import logging_utils
+from attnlm_jax.data import locations
+from attnlm_jax.data import vocab as vocab_lib
+from attnlm_jax import models
+
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.json"
+CHECKPOINT_DIR = "checkpoints"
+UNREADABLE_DIR = "unreadable_checkpoints"
+METRIC = "valid_perplexity"
+# Latest checkpoints kept: a resume falls back to an older one when the newest is unreadable.
+KEEP_LATEST = 2
+
+
+class CheckpointError(errors.UserError):
+  """A workdir that cannot be used: no checkpoint, or one made for another config."""
+
+
+class Checkpoints:
+  """The Orbax manager of `workdir/checkpoints`: latest + best by validation perplexity."""
+
+  def __init__(self, workdir: epath.Path, save_every_steps: int = 0, read_only: bool = False):
+    """Opens (or, unless read_only, creates) the checkpoint directory.
+
+    Args:
+      workdir: the run's directory.
+      save_every_steps: interval of step checkpoints (0: only at epoch ends).
+      read_only: open for restoring only.
+    """
+    logging_utils.quiet_libraries()
+    self._save_every_steps = save_every_steps
+    options = ocp.CheckpointManagerOptions(
+        preservation_policy=checkpoint_managers.AnyPreservationPolicy([
+            checkpoint_managers.LatestN(KEEP_LATEST),
+            checkpoint_managers.BestN(get_metric_fn=lambda m: m[METRIC], reverse=True, n=1,
+                                      keep_checkpoints_without_metrics=False)]),
+        best_fn=lambda m: m[METRIC], best_mode="min",
+        cleanup_tmp_directories=not read_only, read_only=read_only, create=not read_only)
+    workdir = locations.absolute(str(workdir))   # Orbax needs a local path to be absolute.
+    self.directory = epath.Path(workdir) / CHECKPOINT_DIR
+    self._unreadable_directory = epath.Path(workdir) / UNREADABLE_DIR
+    self._manager = ocp.CheckpointManager(
+        self.directory, options=options,
+        item_handlers={"state": ocp.StandardCheckpointHandler(),
+                       "meta": ocp.JsonCheckpointHandler()})
+
+  def latest_step(self) -> Optional[int]:
+    """The step of the latest checkpoint, or None."""
+    return self._manager.latest_step()
+
+  def best_step(self) -> Optional[int]:
+    """The step of the epoch-end checkpoint with the lowest validation perplexity, or None."""
+    return self._manager.best_step()
+
+  def should_save(self, step: int) -> bool:
+    """True when `step` is a multiple of `save_every_steps` (> 0)."""
+    return self._save_every_steps > 0 and step % self._save_every_steps == 0
+
+  def save(self, step: int, state: Any, meta: dict,
+           valid_perplexity: Optional[float] = None) -> None:
+    """Saves (asynchronously) `state` (a pytree) and `meta` (JSON) as checkpoint `step`.
+
+    Args:
+      step: the number of training steps taken.
+      state: {"params", "opt_state", "rng", "step"} and, under the stream protocol, "carry"
+        (host or single-device arrays).
+      meta: epoch, iterator position, training time, early stopping (JSON-serialisable).
+      valid_perplexity: given at epoch ends; makes the checkpoint a candidate for "best".
+    """
+    metrics = None if valid_perplexity is None else {METRIC: float(valid_perplexity)}
+    self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                     meta=ocp.args.JsonSave(meta)),
+                       metrics=metrics, force=True)
+
+  def all_steps(self) -> list[int]:
+    """The steps of every checkpoint in the directory, oldest first."""
+    return sorted(self._manager.all_steps())
+
+  def restore(self, step: int, target: Any) -> tuple[Any, dict]:
+    """(state, meta) of checkpoint `step`; `target` gives the tree and shapes (abstract).
+
+    Raises:
+      CheckpointError: the checkpoint cannot be read (one line naming it and the cause).
+    """
+    try:
+      restored = self._manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+      if restored["meta"] is None or restored["state"] is None:
+        raise ValueError("part of it is missing")
+    except Exception as e:  # Orbax and tensorstore raise many kinds; all mean "unreadable".
+      raise CheckpointError(f"checkpoint {step} in {self.directory} cannot be read "
+                            f"({_first_line(e)})") from e
+    return restored["state"], restored["meta"]
+
+  def restore_latest(self, target: Any) -> Optional[tuple[Any, dict]]:
+    """(state, meta) of the newest readable checkpoint, None when there is none at all.
+
+    An unreadable newer checkpoint is reported in one warning line and moved to
+    `unreadable_checkpoints/<step>`, so that the resumed run can save that step again.
+
+    Raises:
+      CheckpointError: checkpoints exist but none can be read (nothing is moved).
+    """
+    failures = []
+    for step in reversed(self.all_steps()):
+      try:
+        restored = self.restore(step, target)
+      except CheckpointError as e:
+        logging.warning("%s: trying the one before", e)
+        failures.append((step, str(e)))
+        continue
+      for unreadable_step, _ in failures:
+        self._set_aside(unreadable_step)
+      return restored
+    if failures:
+      raise CheckpointError(f"no checkpoint in {self.directory} can be read "
+                            f"({'; '.join(message for _, message in failures)}): delete "
+                            "that directory to start over, or use a new --workdir")
+    return None
+
+  def _set_aside(self, step: int) -> None:
+    """Moves checkpoint `step` to `unreadable_checkpoints/<step>[.N]` and forgets it."""
+    self._unreadable_directory.mkdir(parents=True, exist_ok=True)
+    destination = self._unreadable_directory / str(step)
+    copies = 1
+    while destination.exists():
+      destination = self._unreadable_directory / f"{step}.{copies}"
+      copies += 1
+    (self.directory / str(step)).rename(destination)
+    self._manager.reload()
+    logging.warning("moved unreadable checkpoint %d to %s", step, destination)
+
+  def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
+    """{"embed": (V, H), "lstm/0/...": ...} of the parameters saved at `step`.
+
+    Raises:
+      CheckpointError: the checkpoint's metadata cannot be read.
+    """
+    try:
+      tree = self._manager.item_metadata(step)["state"].tree
+      return _shapes(tree["params"])
+    except Exception as e:  # As in `restore`: any failure means unreadable.
+      raise CheckpointError(f"checkpoint {step} in {self.directory} cannot be read "
+                            f"({_first_line(e)})") from e
+
+  def wait(self) -> None:
+    """Blocks until pending saves are written."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    """Waits for pending saves and releases the manager."""
+    self._manager.close()
+
+
+def _first_line(error: Exception) -> str:
+  """`Type: first line of the message` of an exception, for one-line reports."""
+  lines = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _shapes(tree) -> dict[str, tuple[int, ...]]:
+  """Flattens a tree of arrays (or Orbax metadata) to {"a/0/b": shape}."""
+  def name(path) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+  leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {name(path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def check_compatible(workdir: epath.Path, vocab: vocab_lib.Vocabulary, params: Any) -> None:
+  """Raises CheckpointError when the workdir was made with another vocabulary or shapes.
+
+  Args:
+    workdir: the run's directory (may be new or empty: then nothing is checked).
+    vocab: the vocabulary of the current data.
+    params: the parameters (or their `jax.eval_shape`) the current config builds.
+  """
+  vocab_path = workdir / VOCAB_FILE
+  if vocab_path.exists():
+    saved = vocab_lib.Vocabulary.load(vocab_path)
+    if saved.fingerprint() != vocab.fingerprint():
+      raise CheckpointError(
+          f"{vocab_path} holds another vocabulary ({len(saved)} words, fingerprint "
+          f"{saved.fingerprint()}) than this config's data ({len(vocab)} words, "
+          f"{vocab.fingerprint()}): use a new --workdir or the data it was trained on")
+  if not (workdir / CHECKPOINT_DIR).exists():
+    return
+  checkpoints = Checkpoints(workdir, read_only=True)
+  saved_shapes = None
+  for step in reversed(checkpoints.all_steps()):
+    try:
+      saved_shapes = checkpoints.param_shapes(step)
+      break
+    except CheckpointError:
+      continue  # Reported by whoever restores it; the previous one may be readable.
+  if saved_shapes is None:
+    return
+  shapes = _shapes(params)
+  for name in sorted(saved_shapes.keys() | shapes.keys()):
+    if saved_shapes.get(name) != shapes.get(name):
+      raise CheckpointError(
+          f"the checkpoint in {checkpoints.directory} does not fit the config: parameter "
+          f"{name} has shape {saved_shapes.get(name)} there but {shapes.get(name)} in the "
+          "config: use a new --workdir or the config it was trained with "
+          f"({workdir / CONFIG_FILE})")
+
+
+def write_config_and_vocab(workdir: epath.Path, config: ml_collections.ConfigDict,
+                           vocab: vocab_lib.Vocabulary) -> None:
+  """Writes config.json and vocab.json beside the checkpoints unless they exist."""
+  workdir.mkdir(parents=True, exist_ok=True)
+  if not (workdir / CONFIG_FILE).exists():
+    (workdir / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2, sort_keys=True))
+  if not (workdir / VOCAB_FILE).exists():
+    vocab.save(workdir / VOCAB_FILE)
+
+
+def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
+  """The config.json saved in a workdir, as a locked ConfigDict. Model fields added since the
+  run was saved take their `models.default_config` values (a new field's default keeps the
+  behaviour from before it existed)."""
+  path = workdir / CONFIG_FILE
+  if not path.exists():
+    raise CheckpointError(f"{path} not found: pass --config=configs/NAME.py or the --workdir "
+                          "of a training run")
+  saved = json.loads(path.read_text())
+  model = models.default_config()
+  model.update(saved.get("model", {}))
+  config = ml_collections.ConfigDict({**saved, "model": model})
+  config.lock()
+  return config
+
+
+def read_vocab(workdir: epath.Path) -> vocab_lib.Vocabulary:
+  """The vocab.json saved in a workdir."""
+  path = workdir / VOCAB_FILE
+  if not path.exists():
+    raise CheckpointError(f"{path} not found: {workdir} is not the --workdir of a training "
+                          "run")
+  return vocab_lib.Vocabulary.load(path)
+

@@ -1,0 +1,45 @@
+"""A run's config made whole: the sizes its vocabulary and its POS tagger decide, then checked."""
+
+import jax
+import ml_collections
+
+from attnlm_jax.common.errors import ConfigError
+from attnlm_jax import models
+from attnlm_jax.tagger import tagging
+
+
+def complete(config: ml_collections.ConfigDict, vocab_size: int) -> ml_collections.ConfigDict:
+  """A copy of `config` with `model.vocab_size` set and, with POS-tag inputs, `model.num_tags`
+  (the tag list of the tagger in `data.tagger_dir`); ConfigError for a model the code cannot
+  run (`models.validate`)."""
+  config = config.copy_and_resolve_references()
+  config.model.vocab_size = vocab_size
+  if config.model.get("pos_tags"):
+    config.model.num_tags = tagging.num_tags(config.data)
+  models.validate(config.model)
+  return config
+
+
+def check_training(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError for training settings that cannot work (one line each)."""
+  devices = jax.device_count()
+  for field in ("batch_size", "eval_batch_size"):
+    if config.data[field] % devices:
+      raise ConfigError(f"config.data.{field} = {config.data[field]} (the global batch) does "
+                        f"not split over {devices} devices: use a multiple of {devices}")
+  shards = config.train.grad_shards
+  if shards and (shards % devices or config.data.batch_size % shards):
+    raise ConfigError(f"config.train.grad_shards = {shards} must be a multiple of the "
+                      f"{devices} devices and divide config.data.batch_size = "
+                      f"{config.data.batch_size} (0: one shard per device)")
+  for field in ("num_epochs", "patience", "log_every_steps"):
+    if config.train[field] < 1:
+      raise ConfigError(f"config.train.{field} = {config.train[field]} must be at least 1")
+  if config.train.learning_rate <= 0:
+    raise ConfigError(f"config.train.learning_rate = {config.train.learning_rate} must be "
+                      "positive")
+  if models.uses_batch_statistics(config.model) and config.data.bucket:
+    raise ConfigError(f"config.model.score={config.model.score!r} normalises each step by "
+                      "its batch's statistics, and config.data.bucket=True batches sentences "
+                      "of nearly equal length, so a row could read from the others when its "
+                      "own sentence ends (docs/models.md): set --config.data.bucket=false")

@@ -1,0 +1,44 @@
+"""JSON results stay standard (RFC 8259) when a perplexity is infinite."""
+
+import json
+import math
+
+import pytest
+
+from attnlm_jax.common import json_io
+import tiny_config
+
+
+def _strict(text: str):
+  """json.loads refusing the non-standard constants Infinity, -Infinity and NaN."""
+  def refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+  return json.loads(text, parse_constant=refuse)
+
+
+def test_non_finite_floats_are_written_as_names_and_read_back():
+  value = {"perplexity": math.inf, "grid": [{"lr": 0.1, "nll": -math.inf}, math.nan, 2.5],
+           "word": "infinity"}
+  text = json_io.dumps(value, indent=1)
+  assert _strict(text) == {"perplexity": "inf", "grid": [{"lr": 0.1, "nll": "-inf"}, "nan", 2.5],
+                           "word": "infinity"}
+  again = json_io.loads(text)
+  assert again["perplexity"] == math.inf and again["grid"][0]["nll"] == -math.inf
+  assert math.isnan(again["grid"][1]) and again["grid"][2] == 2.5
+  assert again["word"] == "infinity"
+
+
+def test_files_written_before_are_still_read():
+  assert json_io.loads('{"perplexity": Infinity}') == {"perplexity": math.inf}
+  with pytest.raises(ValueError):
+    _strict('{"perplexity": Infinity}')
+
+
+def test_every_committed_result_is_standard_json():
+  paths = [*tiny_config.COMMITTED_RESULTS.glob("**/*.json"),
+           *(tiny_config.REPO / "benchmarks" / "results").glob("**/*.json*")]
+  assert len(paths) > 20
+  for path in paths:
+    text = path.read_text()
+    for document in (text.splitlines() if path.suffix == ".jsonl" else [text]):
+      _strict(document)

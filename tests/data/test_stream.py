@@ -1,0 +1,165 @@
+"""The stream protocol: stream rows and windows, carried state, causality across windows."""
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from attnlm_jax.common.errors import ConfigError
+from attnlm_jax import data as data_lib
+from attnlm_jax.data import batching
+from attnlm_jax import models
+from attnlm_jax.training import parallel
+from attnlm_jax.training import steps
+
+STREAM_SCORES = ("none", "proj", "single", "combined", "average", "das", "lstmn", "das_lstmn")
+VOCAB, WINDOW, ROWS = 23, 7, 3
+
+
+def _data_config(**overrides) -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict(dict(
+      corpus="embedded", data_dir="", source="text", batch_size=4, eval_batch_size=6,
+      max_len=5, bucket=False, span="stream", seed=0))
+  config.update(overrides)
+  return config
+
+
+def test_stream_rows_cover_every_token_once():
+  starts, lengths = batching.stream_rows(10, 4)
+  assert starts.tolist() == [0, 3, 6, 9] and lengths.tolist() == [3, 3, 3, 1]
+  covered = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
+  assert covered.tolist() == list(range(10))
+  assert batching.num_stream_windows(lengths, 2) == 2
+
+
+def test_windows_continue_the_stream_and_predict_every_token_once():
+  data = data_lib.load(_data_config())
+  tokens = data.split("valid").tokens
+  batches = list(data.eval_batches("valid", 6))
+  assert sum(int(b["lengths"].sum()) for b in batches) == len(tokens)
+  starts, _ = data.stream_rows("valid", 6)
+  for row, start in enumerate(starts):
+    stream = np.concatenate([b["targets"][row, :b["lengths"][row]] for b in batches])
+    np.testing.assert_array_equal(stream, tokens[start:start + len(stream)])
+    inputs = np.concatenate([b["inputs"][row, :b["lengths"][row]] for b in batches])
+    previous = tokens[start - 1] if start else data_lib.EOS_ID
+    np.testing.assert_array_equal(inputs, np.concatenate([[previous], stream[:-1]]))
+  train = data.train_iterator(1)
+  assert data.num_train_batches() == len(list(train))
+
+
+def test_bucketing_a_stream_is_refused_in_one_line():
+  with pytest.raises(data_lib.CorpusError, match="bucket=false"):
+    data_lib.load(_data_config(bucket=True))
+
+
+def _model(score, form, **overrides):
+  config = models.default_config()
+  fields = dict(vocab_size=VOCAB, hidden_size=8, num_layers=2, score=score, max_len=5,
+                init_scale=0.5, attention_form=form, tie_embeddings=score != "none")
+  config.update({**fields, **overrides})
+  return config, models.init(jax.random.key(0), config)
+
+
+def _tokens(seed=0):
+  return np.random.default_rng(seed).integers(1, VOCAB, (ROWS, 2 * WINDOW)).astype(np.int32)
+
+
+def _two_windows(params, config, tokens, lengths_2):
+  """Logits [B, 2T, V] of two consecutive windows from the initial stream state."""
+  state = models.init_stream_state(params, config, ROWS)
+  first, state, _ = models.apply_window(params, config, tokens[:, :WINDOW],
+                                        np.full(ROWS, WINDOW, np.int32), state)
+  second, state, _ = models.apply_window(params, config, tokens[:, WINDOW:], lengths_2, state)
+  return np.concatenate([first, second], axis=1)
+
+
+@pytest.mark.parametrize("form", ["parallel", "scan"])
+@pytest.mark.parametrize("score", STREAM_SCORES)
+def test_two_windows_equal_step_token_by_token(score, form):
+  config, params = _model(score, form)
+  tokens, lengths_2 = _tokens(), np.array([WINDOW, WINDOW, 4], np.int32)
+  windows = _two_windows(params, config, tokens, lengths_2)
+  state = models.init_stream_state(params, config, ROWS)
+  step = jax.jit(lambda state, token: models.step(params, config, state, token))
+  stepped = []
+  for t in range(2 * WINDOW):
+    logits, state = step(state, tokens[:, t])
+    stepped.append(logits)
+  valid = np.concatenate([np.ones((ROWS, WINDOW), bool),
+                          np.arange(WINDOW)[None] < lengths_2[:, None]], axis=1)
+  np.testing.assert_allclose(windows[valid], np.stack(stepped, 1)[valid], atol=2e-6)
+  # The carried state matters: the second window alone, from a fresh state, differs.
+  fresh = models.apply(params, config, tokens[:, WINDOW:], lengths_2)
+  assert np.abs(fresh - windows[:, WINDOW:])[valid[:, WINDOW:]].max() > 1e-3
+
+
+@pytest.mark.parametrize("score", ["single", "combined", "average"])
+def test_the_memory_is_carried_across_the_window_boundary(score):
+  """With the LSTM state carried but the memory emptied, the second window's first steps
+  differ: they attend to the end of the first window."""
+  config, params = _model(score, "parallel")
+  tokens = _tokens()
+  full = np.full(ROWS, WINDOW, np.int32)
+  state = models.init_stream_state(params, config, ROWS)
+  _, state, _ = models.apply_window(params, config, tokens[:, :WINDOW], full, state)
+  carried, _, _ = models.apply_window(params, config, tokens[:, WINDOW:], full, state)
+  empty = state._replace(memory=models.init_stream_state(params, config, ROWS).memory)
+  emptied, _, _ = models.apply_window(params, config, tokens[:, WINDOW:], full, empty)
+  assert np.abs(carried[:, 0] - emptied[:, 0]).max() > 1e-3
+
+
+@pytest.mark.parametrize("form", ["parallel", "scan"])
+@pytest.mark.parametrize("score", STREAM_SCORES)
+def test_causal_across_windows(score, form):
+  """Changing token k of the stream moves no prediction before position k, in either
+  window."""
+  config, params = _model(score, form)
+  full = np.full(ROWS, WINDOW, np.int32)
+  tokens = _tokens()
+  base = _two_windows(params, config, tokens, full)
+  for k in (WINDOW - 1, WINDOW, WINDOW + 2):
+    changed = tokens.copy()
+    changed[:, k] = (changed[:, k] % (VOCAB - 1)) + 1
+    logits = _two_windows(params, config, changed, full)
+    np.testing.assert_allclose(logits[:, :k], base[:, :k], atol=1e-6)
+    assert np.abs(logits[:, k] - base[:, k]).max() > 1e-4
+
+
+def test_a_score_without_a_stream_form_is_refused():
+  config, params = _model("conv1x1", "parallel")
+  with pytest.raises(ConfigError, match="span='sentence'"):
+    models.init_stream_state(params, config, ROWS)
+
+
+def test_untied_softmax_is_its_own_matrix():
+  config, params = _model("none", "parallel")
+  assert params["softmax"].shape == params["embed"].shape
+  tokens = _tokens()[:, :WINDOW]
+  lengths = np.full(ROWS, WINDOW, np.int32)
+  logits = models.apply(params, config, tokens, lengths)
+  moved = {**params, "softmax": params["softmax"] * 2}
+  moved_logits = models.apply(moved, config, tokens, lengths)
+  np.testing.assert_allclose(moved_logits - params["out_bias"],
+                             2 * (logits - params["out_bias"]), rtol=1e-5, atol=1e-6)
+  tied, tied_params = _model("proj", "parallel")
+  assert "softmax" not in tied_params
+
+
+@pytest.mark.parametrize("score", ["single", "combined"])
+def test_stream_evaluation_predicts_every_token_once_on_two_devices(score):
+  """Evaluation's windows, split over two devices, score each token of the split once: the
+  per-token log-probs (`evaluate.split_log_probs`, what interpolation mixes) fill every
+  position of the split and sum to the evaluation's NLL."""
+  from attnlm_jax.evaluation import evaluate  # pylint: disable=g-import-not-at-top
+  assert jax.local_device_count() == 2
+  model_config, params = _model(score, "parallel", vocab_size=372)
+  data = data_lib.load(_data_config())
+  config = ml_collections.ConfigDict({"model": model_config, "data": _data_config()})
+  model = evaluate.TrainedModel(config, data.vocab, params, step=1)
+  tokens, log_probs = evaluate.split_log_probs(model, "valid")
+  np.testing.assert_array_equal(tokens, data.split("valid").tokens)
+  assert np.all(log_probs < 0)                      # every position was written
+  result = steps.Evaluator(model_config)(parallel.replicate(params), data, "valid", 6)
+  assert result["tokens"] == len(tokens)
+  assert -log_probs.sum() == pytest.approx(result["nll"], rel=1e-5)

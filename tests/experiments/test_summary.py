@@ -1,0 +1,87 @@
+"""The README's tables: written from the committed results files, and verdicts that carry their
+seeds."""
+
+import json
+import shutil
+
+import pytest
+
+from attnlm_jax.experiments import summary
+import tiny_config
+
+
+def test_every_readme_table_is_what_the_committed_results_files_give():
+  """Each cell of the README's and the table pages' tables equals its file's value: the
+  command that writes them from the files would change nothing."""
+  stale = summary.update(tiny_config.REPO, check=True)
+  assert not stale, (f"{', '.join(map(str, stale))} out of date: run python -m "
+                     "attnlm_jax.experiments.summary")
+
+
+def test_the_readme_results_table_has_a_line_for_every_committed_table_row():
+  readme = (tiny_config.REPO / "README.md").read_text()
+  block = readme.split("<!-- BEGIN results_table -->", 1)[1].split("<!-- END", 1)[0]
+  for path in sorted(tiny_config.COMMITTED_RESULTS.glob("*/results.json")):
+    table = json.loads(path.read_text())
+    for row in table["rows"]:
+      assert f"| [{table['table']}](docs/results/{table['table']}/README.md) | " in block
+      assert f"[{row['name']}](" in block or f" | {row['name']} | " in block, row["name"]
+
+
+@pytest.mark.parametrize("percents,expected", [
+    ([1.9, -2.0], "reproduces (2 seeds)"),
+    ([5.2, 2.1], "misses (2 seeds)"),
+    ([-3.0, -2.5, -9.0], "beats (3 seeds)"),
+    ([5.2, 1.0], "seeds disagree (2 seeds)"),
+    ([5.2], "higher, 1 seed"),
+    ([-1.0], "within 2%, 1 seed"),
+    ([-2.01], "lower, 1 seed"),
+    ([], "-"),
+])
+def test_a_verdict_needs_every_seed_on_one_side_of_the_tolerance(percents, expected):
+  assert summary.verdict(percents) == expected
+
+
+def _table(rows):
+  return {"table": "t", "rows": rows}
+
+
+def _row(name, status, percent=None, test=90.0):
+  paper = {"test": 70.0, "convention": summary.printed.RELEASED_CODE_RULE}
+  differences = {"test": {"difference": percent * 0.7, "percent": percent}} if percent else None
+  return {"name": name, "status": status, "test_perplexity": test,
+          "test_perplexity_paper_convention": test - 20, "paper": paper,
+          "differences": differences}
+
+
+def test_seed_rows_share_the_verdict_of_their_row_and_a_running_one_says_so(tmp_path):
+  (tmp_path / "single").mkdir()
+  lines = summary.results_rows(_table([
+      _row("single", "finished", 5.0), _row("single_seed1", "finished", 1.0),
+      _row("single_seed2", "running: epoch 3 of 22")]), ".", tmp_path)
+  assert [line[-1] for line in lines] == ["seeds disagree (2 seeds)"] * 2 + [
+      "running: epoch 3 of 22"]
+  assert lines[0][1] == "[single](./single/)" and lines[1][1] == "single_seed1"
+  assert lines[0][4] == "70.0 (released rule)" and lines[0][5] == "+3.5 (+5.0%)"
+
+
+def test_a_page_without_its_table_lines_is_refused_by_name():
+  with pytest.raises(ValueError, match="no <!-- BEGIN results_table -->"):
+    summary.replace_block("# a page\n", "results_table", "| a |")
+  page = "a\n<!-- BEGIN x -->\nold\n<!-- END x -->\nb\n"
+  assert summary.replace_block(page, "x", "new") == "a\n<!-- BEGIN x -->\nnew\n<!-- END x -->\nb\n"
+
+
+def test_the_command_rewrites_a_stale_table_and_check_names_it(tmp_path, monkeypatch, capsys):
+  for part in ("README.md", "docs/results", "benchmarks/results"):
+    source, target = tiny_config.REPO / part, tmp_path / part
+    target.parent.mkdir(parents=True, exist_ok=True)
+    (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
+  readme = tmp_path / "README.md"
+  readme.write_text(summary.replace_block(readme.read_text(), "testtime_table", "stale"))
+  monkeypatch.setattr(summary, "REPOSITORY", tmp_path)
+  assert summary.main(["summary", "--check"]) == 1
+  assert "README.md: out of date" in capsys.readouterr().err
+  assert summary.main(["summary"]) == 0
+  assert summary.main(["summary", "--check"]) == 0
+  assert "stale" not in readme.read_text()

@@ -1,0 +1,271 @@
+"""The models whose context feeds the recurrence (DAS, LSTMN, DAS-LSTMN) against NumPy loops."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnlm_jax.common.errors import ConfigError
+from attnlm_jax import models
+from attnlm_jax.models import recurrent
+from attnlm_jax.models import scores
+
+RECURRENT = scores.RECURRENT_SCORES
+NUM_TAGS = 7
+
+
+def tiny_config(score, **overrides):
+  config = models.default_config()
+  config.update({**dict(vocab_size=19, hidden_size=6, num_layers=1, max_len=7, score=score,
+                        dropout=0.3, num_tags=NUM_TAGS, tag_size=4), **overrides})
+  return config
+
+
+def random_params(config, seed=1):
+  """Every leaf random and not tiny, so no term of an equation hides at 0."""
+  params = models.init(jax.random.key(seed), config)
+  leaves, treedef = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed + 100), len(leaves))
+  return jax.tree.unflatten(treedef, [leaf + 0.5 * jax.random.normal(k, leaf.shape)
+                                      for k, leaf in zip(keys, leaves)])
+
+
+def random_batch(seed=0, num_steps=7, vocab_size=19):
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(0, vocab_size, (3, num_steps)).astype(np.int32)
+  tags = rng.integers(0, NUM_TAGS, (3, num_steps)).astype(np.int32)
+  lengths = np.array([num_steps, num_steps - 3, 1], np.int32)
+  return jnp.asarray(tokens), jnp.asarray(tags), jnp.asarray(lengths)
+
+
+# --------------------------------------------------------------------------- NumPy reference
+
+
+def sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+def softmax(e):
+  e = np.exp(e - e.max())
+  return e / e.sum()
+
+
+def lstm_cell(layer, x, h, c):
+  """z = x W_x + h W_h + b; gates (i, f, g, o); c' = f c + i g; h' = o tanh(c')."""
+  z = x @ layer["w_x"] + h @ layer["w_h"] + layer["b"]
+  i, f, g, o = np.split(z, 4)
+  c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+  return sigmoid(o) * np.tanh(c), c
+
+
+def numpy_model(params, config, tokens, tags, b_v=0.0):
+  """One sentence, one layer, written from Cao & Yu eqs. 1-8, 15-19 step by step.
+
+  Returns the log-probabilities [T, V] and the attention weights of each step (DAS: over the
+  word history w_1..w_t; LSTMN: over the tape [h_0 = 0, h_1 .. h_{t-1}]). b_v is the DAS
+  score's output bias (eq. 6), which the softmax cancels.
+  """
+  p = jax.tree.map(np.asarray, params)
+  name = config.score
+  hidden = config.hidden_size
+  layer = p["lstm"][0]
+  h, c, read_h = np.zeros(hidden), np.zeros(hidden), np.zeros(hidden)
+  history = {"words": [], "tags": []}                 # w_1..w_t and p_1..p_t
+  tape_h, tape_c = [np.zeros(hidden)], [np.zeros(hidden)]
+  log_probs, attention = [], []
+  for t, token in enumerate(tokens):
+    streams = {"words": p["embed"][token]}
+    if config.pos_tags:
+      streams["tags"] = p["tag_embed"][tags[t]]
+    m = np.concatenate(list(streams.values()))          # m_t = [w_t; p_t]
+    x = m
+    if "das" in name:
+      contexts = []
+      for stream, vector in streams.items():
+        history[stream].append(vector)
+        q = p["recurrent"]["das"][stream]
+        e = np.array([q["v"] @ np.tanh(q["w_w"].T @ w_i + q["w_h"].T @ h + q["b_att"]) + b_v
+                      for w_i in history[stream]])
+        a = softmax(e)
+        contexts.append(sum(a_i * w_i for a_i, w_i in zip(a, history[stream])))
+        if stream == "words":
+          attention.append(a)
+      x = np.concatenate([m] + contexts)                  # [m_t; m'_t]
+    h_prev, c_prev = h, c
+    if "lstmn" in name:
+      q = p["recurrent"]["lstmn"]
+      e = np.array([q["v"] @ np.tanh(q["w_h"].T @ h_i + q["w_x"].T @ x + q["w_r"].T @ read_h)
+                    for h_i in tape_h])
+      a = softmax(e)
+      h_prev = sum(a_i * h_i for a_i, h_i in zip(a, tape_h))
+      c_prev = sum(a_i * c_i for a_i, c_i in zip(a, tape_c))
+      read_h = h_prev
+      if name == "lstmn":
+        attention.append(a)
+    h, c = lstm_cell(layer, x, h_prev, c_prev)
+    tape_h.append(h)
+    tape_c.append(c)
+    logits = p["embed"] @ h + p["out_bias"]
+    log_probs.append(logits - logits.max() - np.log(np.exp(logits - logits.max()).sum()))
+  return np.stack(log_probs), attention
+
+
+@pytest.mark.parametrize("pos_tags", [False, True])
+@pytest.mark.parametrize("name", RECURRENT)
+def test_model_matches_numpy_equations(name, pos_tags):
+  config = tiny_config(name, pos_tags=pos_tags)
+  params = random_params(config)
+  tokens, tags, lengths = random_batch()
+  logits, weights = models.apply(params, config, tokens, lengths, tags=tags,
+                                 return_attention=True)
+  got = np.asarray(jax.nn.log_softmax(logits))
+  for b, length in enumerate(np.asarray(lengths)):
+    want, attention = numpy_model(params, config, np.asarray(tokens[b, :length]),
+                                  np.asarray(tags[b, :length]), b_v=1.7)
+    np.testing.assert_allclose(got[b, :length], want, atol=1e-5)
+    for t, a in enumerate(attention):
+      np.testing.assert_allclose(weights[b, t, :len(a)], a, atol=1e-5)
+      assert not np.any(np.asarray(weights)[b, t, len(a):])
+
+
+@pytest.mark.parametrize("b_v", [0.0, -3.0])
+def test_das_score_bias_cancels_in_the_softmax(b_v):
+  """b_v of Cao & Yu eq. 6 is left out of the model because softmax(e + b_v) = softmax(e):
+  the model, which has no b_v, gives eq. 6's log-probs whatever b_v is."""
+  config = tiny_config("das")
+  params = random_params(config)
+  tokens, _, lengths = random_batch()
+  length = int(lengths[0])
+  got = jax.nn.log_softmax(models.apply(params, config, tokens, lengths))[0, :length]
+  want, _ = numpy_model(params, config, np.asarray(tokens[0, :length]), None, b_v=b_v)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_score_functions_match_their_equations():
+  rng = np.random.default_rng(0)
+  das = {"w_w": rng.normal(size=(4, 5)), "w_h": rng.normal(size=(3, 5)),
+         "b_att": rng.normal(size=5), "v": rng.normal(size=5)}
+  lstmn = {"w_h": rng.normal(size=(3, 3)), "w_x": rng.normal(size=(4, 3)),
+           "w_r": rng.normal(size=(3, 3)), "v": rng.normal(size=3)}
+  inputs, h_prev = rng.normal(size=(2, 6, 4)), rng.normal(size=(2, 3))
+  tape, x, read = rng.normal(size=(2, 6, 3)), rng.normal(size=(2, 4)), rng.normal(size=(2, 3))
+  as32 = lambda tree: jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), tree)
+  got_das = recurrent.das_scores(as32(das), *as32((inputs, h_prev)))
+  got_lstmn = recurrent.lstmn_scores(as32(lstmn), *as32((tape, x, read)))
+  for b in range(2):
+    for i in range(6):
+      want = das["v"] @ np.tanh(das["w_w"].T @ inputs[b, i] + das["w_h"].T @ h_prev[b]
+                                + das["b_att"])
+      np.testing.assert_allclose(got_das[b, i], want, rtol=1e-5, atol=1e-5)
+      want = lstmn["v"] @ np.tanh(lstmn["w_h"].T @ tape[b, i] + lstmn["w_x"].T @ x[b]
+                                  + lstmn["w_r"].T @ read[b])
+      np.testing.assert_allclose(got_lstmn[b, i], want, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- paths agree
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_apply_and_step_agree_with_tags_and_two_layers(name):
+  """(test_models.py checks the same without tags for every score.)"""
+  config = tiny_config(name, pos_tags=True, num_layers=2)
+  params = random_params(config)
+  tokens, tags, lengths = random_batch()
+  applied = jax.nn.log_softmax(models.apply(params, config, tokens, lengths, tags=tags))
+  state = models.init_state(params, config, tokens.shape[0])
+  stepped = []
+  for t in range(tokens.shape[1]):
+    logits, state = models.step(params, config, state, tokens[:, t], tags[:, t])
+    stepped.append(jax.nn.log_softmax(logits))
+  real = np.arange(tokens.shape[1])[None, :] < np.asarray(lengths)[:, None]
+  np.testing.assert_allclose(np.asarray(jnp.stack(stepped, 1))[real], np.asarray(applied)[real],
+                             atol=1e-5)
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_parallel_setting_runs_the_scan_form(name):
+  config = tiny_config(name)
+  params = random_params(config)
+  tokens, _, lengths = random_batch()
+  run = lambda form: models.apply(params, tiny_config(name, attention_form=form), tokens,
+                                  lengths, train=True, rng=jax.random.key(3))
+  np.testing.assert_array_equal(run("parallel"), run("scan"))
+
+
+# --------------------------------------------------------------------------- causality
+
+
+@pytest.mark.parametrize("name", RECURRENT + ("none", "single"))
+def test_later_tags_never_change_earlier_log_probs(name):
+  config = tiny_config(name, pos_tags=True)
+  params = random_params(config)
+  tokens, tags, _ = random_batch()
+  lengths = jnp.full((3,), tokens.shape[1])
+  base = models.apply(params, config, tokens, lengths, tags=tags)
+  for t in (1, 4):
+    changed = tags.at[:, t:].set((tags[:, t:] + 3) % NUM_TAGS)
+    moved = models.apply(params, config, tokens, lengths, tags=changed)
+    np.testing.assert_allclose(moved[:, :t], base[:, :t], atol=1e-6)
+    assert not np.allclose(moved[:, t:], base[:, t:])
+
+
+@pytest.mark.parametrize("name", RECURRENT + ("none",))
+def test_sentence_alone_equals_sentence_in_padded_batch_with_tags(name):
+  config = tiny_config(name, pos_tags=True)
+  params = random_params(config)
+  tokens, tags, _ = random_batch(num_steps=9)
+  alone = models.apply(params, config, tokens[:1, :4], jnp.array([4]), tags=tags[:1, :4])
+  batch = models.apply(params, config, tokens.at[0, 4:].set(0), jnp.array([4, 9, 7]),
+                       tags=tags.at[0, 4:].set(0))
+  np.testing.assert_allclose(batch[0, :4], alone[0], atol=1e-5)
+
+
+# --------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_every_parameter_receives_gradient_with_tags(name):
+  config = tiny_config(name, pos_tags=True)
+  params = random_params(config)
+  tokens, tags, lengths = random_batch()
+  targets = jnp.roll(tokens, -1, axis=1)
+
+  def loss(params):
+    logits = models.apply(params, config, tokens, lengths, tags=tags, train=True,
+                          rng=jax.random.key(1))
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
+    return jnp.sum(nll * (jnp.arange(tokens.shape[1])[None] < lengths[:, None]))
+
+  grads = jax.grad(loss)(params)
+  zero = [jax.tree_util.keystr(path) for path, g in jax.tree_util.tree_leaves_with_path(grads)
+          if not jnp.any(g != 0)]
+  assert not zero, f"parameters without gradient: {zero}"
+
+
+def test_first_layer_input_holds_the_context_and_the_tags():
+  config = tiny_config("das_lstmn", pos_tags=True)
+  params = models.init(jax.random.key(0), config)
+  input_size = 2 * (config.hidden_size + config.tag_size)          # [w_t; p_t; w'_t; p'_t]
+  assert params["lstm"][0]["w_x"].shape == (input_size, 4 * config.hidden_size)
+  assert params["recurrent"]["lstmn"]["w_x"].shape == (input_size, config.hidden_size)
+  assert params["recurrent"]["das"]["tags"]["w_w"].shape == (config.tag_size,
+                                                              config.hidden_size)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_score_lists_every_valid_name():
+  with pytest.raises(ConfigError) as error:
+    models.init(jax.random.key(0), tiny_config("dass"))
+  message = str(error.value)
+  assert "\n" not in message and "'dass'" in message
+  for name in scores.SCORE_FUNCTIONS:
+    assert name in message.split("choose one of: ")[1].split(", ")
+
+
+def test_tag_input_without_tags_is_a_config_error():
+  config = tiny_config("das", pos_tags=True)
+  tokens, _, lengths = random_batch()
+  with pytest.raises(ConfigError, match="no tags were given"):
+    models.apply(models.init(jax.random.key(0), config), config, tokens, lengths)

@@ -1,0 +1,295 @@
+"""The training loop: data-parallel step, determinism, early stopping, the configs."""
+
+import contextlib
+import functools
+import itertools
+import json
+import os
+import pathlib
+import runpy
+import subprocess
+import sys
+import threading
+
+import jax
+from jax._src import dispatch as jax_dispatch
+import numpy as np
+import pytest
+
+from attnlm_jax.common.errors import ConfigError
+from attnlm_jax import models
+from attnlm_jax.training import checkpoints
+from attnlm_jax.training import parallel
+from attnlm_jax.training import run_config
+from attnlm_jax.training import steps
+from attnlm_jax.training import train
+import tiny_config
+
+
+def _steps(config, devices, num_steps=3):
+  """Params and summed NLL after `num_steps` training steps on the first batches."""
+  config, data, params = train.prepare(config, "/nonexistent-workdir")
+  state = steps.initial_state(config, params)
+  train_step = steps.TrainStep(config, devices)
+  p_state = train_step.initial_state(state["params"], state["opt_state"], 0)
+  rep = functools.partial(parallel.replicate, devices=devices)
+  for batch in itertools.islice(data.train_iterator(1), num_steps):
+    p_state, _ = train_step(p_state, train_step.place(batch), rep(state["rng"]),
+                            rep(np.float32(1.0)))
+  return (parallel.first_replica(p_state.params),
+          float(parallel.first_replica(p_state.totals["nll"])))
+
+
+@pytest.mark.parametrize("score", ["combined", "conv1x1"])   # attention; + batch statistics
+def test_with_fixed_shards_two_devices_compute_bitwise_what_one_does(score):
+  assert jax.local_device_count() == 2, "tests/conftest.py sets 2 host devices"
+  config = tiny_config.config(model__dropout=0.3, model__score=score, data__batch_size=32,
+                              train__grad_shards=4, data__bucket=score != "conv1x1")
+  params_2, nll_2 = _steps(config, jax.local_devices())
+  params_1, nll_1 = _steps(config, jax.local_devices()[:1])
+  assert nll_2 == nll_1
+  for a, b in zip(jax.tree.leaves(params_1), jax.tree.leaves(params_2)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_one_shard_per_device_agrees_up_to_rounding():
+  config = tiny_config.config(model__dropout=0.3, data__batch_size=32)
+  params_2, nll_2 = _steps(config, jax.local_devices())
+  params_1, nll_1 = _steps(config, jax.local_devices()[:1])
+  assert nll_2 == pytest.approx(nll_1, rel=1e-5)
+  for a, b in zip(jax.tree.leaves(params_1), jax.tree.leaves(params_2)):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_shards_change_the_gradient_only_by_rounding():
+  """4 shards of 8 rows on one device: the same SGD step as the whole batch at once."""
+  config = tiny_config.config(model__dropout=0.3, data__batch_size=32)
+  whole, nll_whole = _steps(config, jax.local_devices()[:1], num_steps=1)
+  config.train.grad_shards = 4
+  sharded, nll_sharded = _steps(config, jax.local_devices()[:1], num_steps=1)
+  assert nll_sharded == pytest.approx(nll_whole, rel=1e-6)
+  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(sharded)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def _worsening_config():
+  """Epoch 2 trains at lr 4/3 (the schedule multiplies it by 4/3 after epoch 1): valid worsens."""
+  return tiny_config.config(train__num_epochs=3, train__patience=1, train__lr_decay_after=1,
+                            train__lr_decay_divisor=0.75)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+  """Two runs of the same config and seed in two workdirs."""
+  workdirs = [tmp_path_factory.mktemp(f"run{i}") for i in range(2)]
+  return [(w, train.train_and_evaluate(_worsening_config(), w)) for w in workdirs]
+
+
+def _epochs(workdir: pathlib.Path) -> list[dict]:
+  lines = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  return [l for l in lines if "valid_perplexity" in l]
+
+
+def test_early_stopping_rolls_back_to_the_best_epoch(two_runs):
+  workdir, result = two_runs[0]
+  epochs = _epochs(workdir)
+  assert [e["epoch"] for e in epochs] == [1, 2]        # patience 1: stops after epoch 2
+  assert epochs[1]["valid_perplexity"] > epochs[0]["valid_perplexity"]
+  assert result["epoch"] == 1 and result["step"] == epochs[0]["step"]
+  assert result["valid"]["perplexity"] == pytest.approx(epochs[0]["valid_perplexity"],
+                                                        rel=1e-5)
+  ckpt = checkpoints.Checkpoints(workdir, read_only=True)
+  assert ckpt.latest_step() == epochs[1]["step"]
+  template = steps.initial_state(_filled(_worsening_config(), workdir), result["params"])
+  best, _ = ckpt.restore(epochs[0]["step"], template)
+  last, _ = ckpt.restore(epochs[1]["step"], template)
+  ckpt.close()
+  for got, want in zip(jax.tree.leaves(result["params"]), jax.tree.leaves(best["params"])):
+    np.testing.assert_array_equal(got, want)
+  assert any(not np.array_equal(a, b) for a, b in
+             zip(jax.tree.leaves(result["params"]), jax.tree.leaves(last["params"])))
+
+
+def _filled(config, workdir):
+  config.model.vocab_size = len(checkpoints.read_vocab(workdir))
+  return config
+
+
+def test_training_is_deterministic_for_a_seed(two_runs):
+  (_, first), (_, second) = two_runs
+  for a, b in zip(jax.tree.leaves(first["params"]), jax.tree.leaves(second["params"])):
+    np.testing.assert_array_equal(a, b)
+  assert first["valid"] == second["valid"]
+
+
+def _load(name, arg=None):
+  return runpy.run_path(str(tiny_config.REPO / "configs" / name))["get_config"](arg)
+
+
+@pytest.mark.parametrize("name", ["default.py", "ptb.py", "wikitext2.py", "ptb_small.py",
+                                  "demo.py"])
+def test_configs_have_every_model_field(name):
+  config = _load(name)
+  assert set(config.model.keys()) == set(models.default_config().keys())
+  assert config.model.vocab_size == 0
+  assert config.model.max_len == config.data.max_len
+
+
+@pytest.mark.parametrize("score", ["none", "proj", "single", "combined", "average",
+                                   "conv1x1"])
+def test_table_row_configs(score):
+  ptb, wt2 = _load("ptb.py", f"score={score}"), _load("wikitext2.py", f"score={score}")
+  for config in (ptb, wt2):
+    assert config.model.score == score
+    assert config.model.forget_bias == (1.0 if score == "average" else 0.0)
+    assert (config.data.batch_size, config.data.max_len) == (32, 35)
+    assert config.train.grad_clip == 5.0 and config.train.patience == 10
+  # The papers' first learning rate, except PTB's `average` (it does not learn at 1.0) and
+  # `conv1x1` (at 1.0 it does not learn in its first 400 steps).
+  assert ptb.train.learning_rate == (0.5 if score in ("average", "conv1x1") else 1.0)
+  assert wt2.train.learning_rate == 1.0
+  assert (ptb.model.hidden_size, ptb.model.num_layers, ptb.model.dropout) == (650, 2, 0.5)
+  assert (ptb.train.lr_decay_after, ptb.train.lr_decay_divisor) == (12, 2.0)
+  assert (wt2.model.hidden_size, wt2.model.num_layers, wt2.model.dropout) == (1000, 2, 0.65)
+  assert (wt2.train.lr_decay_after, wt2.train.lr_decay_divisor) == (14, 1.15)
+  assert pathlib.Path(ptb.data.data_dir) == tiny_config.REPO.parent / "shared/data/ptb"
+  small = _load("ptb_small.py", f"score={score}")   # The ptb_cpu table: conv1x1 starts lower.
+  assert small.train.learning_rate == (0.5 if score == "conv1x1" else 1.0)
+  # conv1x1's batch norm trains on batches of random sentences (`check_config`).
+  demo = _load("demo.py", f"score={score}")
+  assert [c.data.bucket for c in (ptb, wt2, small, demo)] == [score != "conv1x1"] * 4
+
+
+def test_batch_statistics_refuse_batches_bucketed_by_length():
+  for score, bucket, refused in (("conv1x1", True, True), ("conv1x1", False, False),
+                                 ("combined", True, False)):
+    config = tiny_config.config(model__score=score, model__vocab_size=50, data__bucket=bucket)
+    if refused:
+      with pytest.raises(ConfigError, match="when its own sentence ends.*bucket=false"):
+        run_config.check_training(config)
+    else:
+      run_config.check_training(config)
+
+
+def test_unknown_config_argument_is_rejected():
+  with pytest.raises(ValueError, match="unknown config argument 'scor'"):
+    _load("ptb.py", "scor=single")
+
+
+def test_one_demo_epoch_gives_the_same_perplexity_on_one_and_two_devices(tmp_path):
+  """configs/demo.py (dropout on, its fixed `grad_shards`) for one epoch, as separate
+  processes with 1 and 2 host devices: the same run (docs/training.md, "Devices")."""
+  records = []
+  for devices in (1, 2):
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlm_jax.main", "--config=configs/demo.py",
+         "--config.train.num_epochs=1", f"--workdir={tmp_path / str(devices)}"],
+        cwd=tiny_config.REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    records.append(json.loads(result.stdout.splitlines()[-1]))
+  one, two = records
+  assert one["valid_perplexity"] == pytest.approx(two["valid_perplexity"], rel=1e-3)
+  assert one["test_perplexity"] == pytest.approx(two["test_perplexity"], rel=1e-3)
+
+
+def test_a_new_train_step_of_the_same_model_reuses_the_compiled_step():
+  """The programs compiled for one TrainStep serve the next of the same model config (a
+  resumed run, the next table row), and a different model gets its own."""
+  config = tiny_config.config()
+  config.model.vocab_size = 50
+  other = tiny_config.config(model__score="average")
+  other.model.vocab_size = 50
+  first, second = steps.TrainStep(config), steps.TrainStep(config.copy_and_resolve_references())
+  assert first._gradients is second._gradients
+  assert steps.TrainStep(other)._gradients is not first._gradients
+
+
+@contextlib.contextmanager
+def _compiled_programs():
+  """The names of the programs XLA compiles (or reads from the persistent cache) inside the
+  block: every program a call did not find already compiled in this process."""
+  names = []
+
+  def listen(event, duration, fun_name="", **unused):
+    del duration, unused
+    if event == jax_dispatch.BACKEND_COMPILE_EVENT:
+      names.append(fun_name)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    yield names
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def _an_epoch_and_its_evaluation(config, compile_first: bool) -> tuple[list, list]:
+  """The programs compiled while training one epoch of `config`, and those compiled while
+  evaluating valid and test after it; after `train.compile_steps` when `compile_first`."""
+  config, data, params = train.prepare(config, "/nonexistent-workdir")
+  state = steps.initial_state(config, params)
+  train_step, evaluator = steps.TrainStep(config), steps.Evaluator(config.model)
+  p_state = train_step.initial_state(state["params"], state["opt_state"], 0)
+  p_rng, p_lr = parallel.replicate(state["rng"]), parallel.replicate(np.float32(1.0))
+  if compile_first:
+    train.compile_steps(train_step, evaluator, p_state, p_rng, data, 1, config)
+  with _compiled_programs() as in_training:
+    for batch in data.train_iterator(1):
+      p_state, _ = train_step(p_state, train_step.place(batch), p_rng, p_lr)
+  with _compiled_programs() as in_evaluation:
+    for split in ("valid", "test"):
+      evaluator(p_state.params, data, split, config.data.eval_batch_size)
+  return in_training, in_evaluation
+
+
+def test_evaluation_programs_compiled_at_once_on_many_threads_serve_the_evaluation():
+  """The evaluation compilations of a new `Evaluator`, all started at the same instant on
+  threads of their own, leave nothing to compile when it evaluates. A pmapped step makes its
+  program cache at its first use; two threads making it at once would each fill their own,
+  and a shape would compile again at its first call."""
+  widths = dict(data__bucket=True, data__width_multiple=2, data__max_len=12,
+                data__eval_batch_size=40)
+  config, data, params = train.prepare(tiny_config.config(model__hidden_size=22, **widths),
+                                       "/nonexistent-workdir")
+  stacked = parallel.replicate(params)
+  compiled_again = []
+  for _ in range(4):
+    evaluator = steps.Evaluator(config.model)  # a new step: programs of its own
+    compilations = evaluator.compilations(stacked, data, ("valid", "test"),
+                                          config.data.eval_batch_size)
+    assert len(compilations) >= 3
+    barrier = threading.Barrier(len(compilations))
+    threads = [threading.Thread(target=lambda job=job: (barrier.wait(), job()))
+               for job in compilations]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    with _compiled_programs() as in_evaluation:
+      for split in ("valid", "test"):
+        evaluator(stacked, data, split, config.data.eval_batch_size)
+    compiled_again += in_evaluation
+  assert compiled_again == []
+
+
+def test_the_steps_compiled_before_training_serve_every_batch_width_of_the_epoch():
+  """`train.compile_steps` compiles, before the first step, the training step of each
+  batch width (on each device) and the evaluation step of each batch shape: an epoch then
+  compiles only the update (the pmapped `apply_gradients`, the same for every width, once:
+  the initial state is laid out as the update's outputs are), and its evaluation nothing.
+  Without it, each width compiles when its first batch comes (a new hidden size keeps these
+  programs out of every other test's)."""
+  widths = dict(data__bucket=True, data__width_multiple=2, data__max_len=12,
+                data__batch_size=40, data__eval_batch_size=40)
+  training, evaluation = _an_epoch_and_its_evaluation(
+      tiny_config.config(model__hidden_size=14, **widths), compile_first=False)
+  config = tiny_config.config(model__hidden_size=18, **widths)
+  widths_of_epoch = train.prepare(config, "/nonexistent-workdir")[1].train_widths(1)
+  assert len(widths_of_epoch) >= 4
+  gradients = "jit(shard_gradients)"
+  assert training.count(gradients) == len(widths_of_epoch) * jax.local_device_count()
+  assert len(training) == training.count(gradients) + 1
+  assert len(evaluation) >= 3
+  training, evaluation = _an_epoch_and_its_evaluation(config, compile_first=True)
+  assert len(training) == 1 and gradients not in training
+  assert evaluation == []
