@@ -51,6 +51,11 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.data.width_multiple = 4           # Bucketed widths rounded up to a multiple of this
                                            # (few distinct shapes to compile).
   config.data.span = "sentence"            # Row = one "sentence" or packed "document" span.
+  config.data.shuffle = True               # A new random order every epoch (False: batches
+                                           # of consecutive sentences in corpus order).
+  config.data.start_symbol = True          # A sentence row starts with the start symbol, so
+                                           # its first word is predicted (False: it is read
+                                           # and never predicted, as in the released code).
   config.data.seed = config.get_ref("seed")  # Shuffling seed (follows config.seed).
 
   # The model section starts from models.default_config(), which documents every field;

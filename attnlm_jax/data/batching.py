@@ -77,8 +77,10 @@ def _fill(order: np.ndarray, batch_size: int) -> np.ndarray:
 
 
 def train_plan(lengths: np.ndarray, batch_size: int, seed: int, epoch: int,
-               bucket: bool, max_len: int) -> np.ndarray:
-  """The batches of one training epoch: every unit exactly once, in a seeded random order.
+               bucket: bool, max_len: int, shuffle: bool = True) -> np.ndarray:
+  """The batches of one training epoch: every unit exactly once, in a seeded random order
+  (without `shuffle`, in corpus order, consecutive units in a batch, as the released code of
+  Salton et al. (2017) reads them).
 
   Without bucketing the units are shuffled and cut into batches. With bucketing the
   shuffled units are cut into pools of POOL_BATCHES batches, each pool is sorted by
@@ -92,11 +94,14 @@ def train_plan(lengths: np.ndarray, batch_size: int, seed: int, epoch: int,
     epoch: the epoch number.
     bucket: whether to group units of similar length.
     max_len: training truncation length (bucketing sorts by the truncated length).
+    shuffle: whether to shuffle (else `bucket` must be off).
 
   Returns:
     int64 [num_batches, batch_size] unit indices; -1 marks filler rows (last batch only
     without bucketing; one batch somewhere in the epoch with it).
   """
+  if not shuffle:
+    return _fill(np.arange(len(lengths)), batch_size)
   rng = np.random.default_rng([seed, epoch])
   order = rng.permutation(len(lengths))
   if not bucket:

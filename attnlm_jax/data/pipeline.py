@@ -25,6 +25,9 @@ from attnlm_jax.data.vocab import EOS_ID, Vocabulary
 
 SOURCES = ("text", "tfds")
 SPANS = ("sentence", "document", "stream")
+# Data fields added since runs were first saved, with the values that keep the behaviour from
+# before them (what a saved config.json without them means).
+ADDED_FIELDS = {"shuffle": True, "start_symbol": True}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,20 +92,21 @@ def process_rows(batch_size: int, process_index: int, process_count: int) -> sli
 
 
 def eval_batches(data: EncodedSplit, units: tuple[np.ndarray, np.ndarray], batch_size: int,
-                 process_index: int = 0, process_count: int = 1
+                 process_index: int = 0, process_count: int = 1, start_symbol: bool = True
                  ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
   """(unit indices, batch) of evaluation batches over the `units` (starts, lengths) of `data`.
 
   Every unit is one whole row (never truncated), longest first, each batch padded to its
   longest row and filled up to `batch_size` with filler rows (index -1, length 0). With
   `process_count` processes each gets only its rows of every batch (`process_rows`).
+  `start_symbol`: as `batching.make_batch`'s.
   """
   starts, lengths = units
   for rows in batching.eval_plan(lengths, batch_size):
     row_lengths = batching.row_lengths(rows, lengths)
     mine = process_rows(len(rows), process_index, process_count)
     yield rows[mine], make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine],
-                                 int(row_lengths.max()))
+                                 int(row_lengths.max()), start_symbol)
 
 
 def _check_config(config: ml_collections.ConfigDict) -> None:
@@ -119,6 +123,12 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
     raise CorpusError("config.data.bucket=True does not apply to config.data.span='stream' "
                       "(the stream is read in consecutive windows): set "
                       "--config.data.bucket=false")
+  if not config.get("start_symbol", ADDED_FIELDS["start_symbol"]) and config.span != "sentence":
+    raise CorpusError("config.data.start_symbol=False (a row starts with the sentence's first "
+                      "word) applies to config.data.span='sentence' only")
+  if not config.get("shuffle", ADDED_FIELDS["shuffle"]) and config.bucket:
+    raise CorpusError("config.data.shuffle=False (batches in corpus order) leaves nothing to "
+                      "bucket: set --config.data.bucket=false")
 
 
 def _split_reader(config: ml_collections.ConfigDict) -> Callable[[str], SplitText]:
@@ -210,7 +220,16 @@ class LMData:
             data.sentence_lengths, data.documents, self.config.max_len)
       else:
         self._units[split] = batching.sentence_units(data.sentence_lengths)
+        if not self.start_symbol:  # The first word is an input, never a target.
+          starts, lengths = self._units[split]
+          self._units[split] = (starts + 1, lengths - 1)
     return self._units[split]
+
+  @property
+  def start_symbol(self) -> bool:
+    """Whether each sentence row starts with the start symbol (config.start_symbol), so that
+    its first word is predicted; without it the first word is the first input."""
+    return self.config.get("start_symbol", ADDED_FIELDS["start_symbol"])
 
   @property
   def is_stream(self) -> bool:
@@ -274,7 +293,8 @@ class LMData:
     """The unit indices [num_batches, batch_size] of the epoch's batches (-1: filler)."""
     _, lengths = self.units("train")
     plan = batching.train_plan(lengths, self.config.batch_size, self.config.seed, epoch,
-                               self.config.bucket, self.config.max_len)
+                               self.config.bucket, self.config.max_len,
+                               self.config.get("shuffle", ADDED_FIELDS["shuffle"]))
     return plan[:self._train_batches]
 
   def train_iterator(self, epoch: int, process_index: int = 0,
@@ -301,7 +321,8 @@ class LMData:
       row_lengths = batching.row_lengths(rows, lengths, self.config.max_len)
       width = int(self._train_width(row_lengths.max()))
       mine = process_rows(len(rows), process_index, process_count)
-      return make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine], width)
+      return make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine], width,
+                        self.start_symbol)
 
     dataset = grain.MapDataset.source(list(self.train_plan(epoch))).map(collate)
     return iter(dataset.to_iter_dataset(options))
@@ -336,5 +357,5 @@ class LMData:
       yield from self._stream_windows(split, batch_size, process_index, process_count)
       return
     for _, batch in eval_batches(self.split(split), self.units(split), batch_size,
-                                 process_index, process_count):
+                                 process_index, process_count, self.start_symbol):
       yield batch

@@ -23,6 +23,7 @@ from attnlm_jax import data as data_lib
 from attnlm_jax.data import batching
 from attnlm_jax.data import pipeline
 from attnlm_jax import models
+from attnlm_jax.common import errors
 from attnlm_jax.models import losses
 from attnlm_jax.tagger import model as tagger_model
 from attnlm_jax.tagger import tagging
@@ -43,6 +44,15 @@ class TrainedModel:
   def load_data(self) -> data_lib.LMData:
     """The model's corpus in its vocabulary (with its tagger's tags for POS-tag inputs)."""
     return data_lib.load(self.config.data, self.vocab, tagging.corpus_tags(self.config.data))
+
+  def check_every_token(self, method: str) -> None:
+    """UserError unless the model predicts every token from a start symbol, as `method`
+    (scoring, the cache, dynamic evaluation) needs: one trained without
+    (`data.start_symbol=False`, the released code's rows) never predicts a first word."""
+    if not self.config.data.get("start_symbol", True):
+      raise errors.UserError(f"{method} needs every token predicted, and this model was "
+                             "trained with config.data.start_symbol=False (a sentence's first "
+                             "word is never predicted): evaluate it with --mode=evaluate alone")
 
 
 def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> TrainedModel:
@@ -159,6 +169,7 @@ def split_log_probs(model: TrainedModel, split: str) -> tuple[np.ndarray, np.nda
   sentences or documents, carried windows under the stream protocol), so they sum to minus
   the `nll` of `evaluate`.
   """
+  model.check_every_token("a log-probability of every token")
   data = model.load_data()
   stream = data.split(split)
   if data.is_stream:
@@ -187,6 +198,7 @@ def score(model: TrainedModel, lines: Sequence[str], *,
   Yields, in input order, one {"tokens": words then "<eos>" (unknown words as "<unk>"),
   "log_probs": natural-log probability of each token, "log_prob": their sum} per sentence.
   """
+  model.check_every_token("scoring")
   sentences = [tuple(line.split()) for line in lines if keep_blank or line.strip()]
   text = data_lib.SplitText(sentences, [0] * len(sentences))
   stream = _tagged(model, text, pipeline.encode_split(text, model.vocab))

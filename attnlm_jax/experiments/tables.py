@@ -89,13 +89,30 @@ STOPPING_RULE_NOTE = (f"ends after epoch {STOPPING_RULE['train.num_epochs']} at 
                       "docs/reproduce.md), or sooner when the recipe's patience runs out")
 
 
+# The released code's network (configs/released.py) halves its learning rate from epoch 14:
+# the same stopping rule, one epoch later.
+RELEASED_STOPPING_RULE = {"train.num_epochs": 23}
+RELEASED_NOTE = (f"ends after epoch {RELEASED_STOPPING_RULE['train.num_epochs']} at the latest, "
+                 "once its learning rate, halved from epoch 14, has been halved ten times, or "
+                 "sooner when the recipe's patience runs out")
+# The rows of the released code's network: `released` attends as its training graph does
+# (over the zero slot alone), `released_attention` over the memory the paper describes.
+RELEASED_ROWS = (
+    Row("released", "released.py:score=single,memory=zero_slot", RELEASED_STOPPING_RULE,
+        paper=("ptb", "Attentive LM, single score"), note=RELEASED_NOTE),
+    Row("released_attention", "released.py:score=single,memory=filled", RELEASED_STOPPING_RULE,
+        paper=("ptb", "Attentive LM, single score"), note=RELEASED_NOTE),
+)
+
+
 def _salton_table(title: str, config_file: str, corpus: str,
-                  stopping_rule: Sequence[str] = (), seeds: Sequence[str] = ()) -> Table:
+                  stopping_rule: Sequence[str] = (), seeds: Sequence[str] = (),
+                  extra: Sequence[Row] = ()) -> Table:
   """The six paper-scale rows of the Salton papers' tables on `corpus`: the baseline, the
   `proj` control, the Attentive LM's two scores, the averaging LM and 1x1-conv attention;
   the rows named in `stopping_rule` end after epoch 22 (`STOPPING_RULE`); each score named in
   `seeds` has a second row, SCORE_seed1, with seed 1 for its parameters, dropout and batch
-  order; the page compares every row with `none` epoch by epoch."""
+  order; `extra` rows follow; the page compares every row with `none` epoch by epoch."""
   printed = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
              "average": "Averaging RNN-LM", "conv1x1": "LSTM + 1x1 convolutional attention"}
   ruled = lambda score: score in stopping_rule
@@ -109,7 +126,7 @@ def _salton_table(title: str, config_file: str, corpus: str,
 
   scores = ("none", "proj", "single", "combined", "average", "conv1x1")
   return Table(title, tuple(row(score, 0) for score in scores)
-               + tuple(row(score, 1) for score in seeds), reference="none")
+               + tuple(row(score, 1) for score in seeds) + tuple(extra), reference="none")
 
 
 TABLES = {
@@ -121,7 +138,7 @@ TABLES = {
     "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",
                                 "ptb.py", "ptb",
                                 stopping_rule=("none", "proj", "combined", "average", "conv1x1"),
-                                seeds=("none", "proj", "single")),
+                                seeds=("none", "proj", "single"), extra=RELEASED_ROWS),
     "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",
                                 "wikitext2.py", "wikitext2"),
     "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (

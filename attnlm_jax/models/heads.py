@@ -35,21 +35,23 @@ def identity(params, h, context, **_):
   return h, None
 
 
-def tanh_layer(params, h, context, *, compute_dtype=jnp.float32, **_):
-  """h'_t = tanh(W_h h_t + b_c) (the context is not used)."""
+def tanh_layer(params, h, context, *, compute_dtype=jnp.float32, linear=False, **_):
+  """h'_t = tanh(W_h h_t + b_c) (the context is not used); without the tanh if `linear`."""
   del context
-  return jnp.tanh(nn.dot(h, params["w_h"], compute_dtype) + params["b"]), None
+  pre = nn.dot(h, params["w_h"], compute_dtype) + params["b"]
+  return (pre if linear else jnp.tanh(pre)), None
 
 
-def merge(params, h, context, *, compute_dtype=jnp.float32, **_):
-  """h'_t = tanh(W_h h_t + W_c c_t + b_c) = tanh(W [h_t; c_t] + b_c)."""
+def merge(params, h, context, *, compute_dtype=jnp.float32, linear=False, **_):
+  """h'_t = tanh(W_h h_t + W_c c_t + b_c) = tanh(W [h_t; c_t] + b_c); without the tanh if
+  `linear` (the released code of Salton et al. 2017: h'_t = W [h_t; c_t] + b_c)."""
   pre = (nn.dot(h, params["w_h"], compute_dtype) + nn.dot(context, params["w_c"], compute_dtype)
          + params["b"])
-  return jnp.tanh(pre), None
+  return (pre if linear else jnp.tanh(pre)), None
 
 
 def residual_bn(params, h, context, *, valid, stats, train, positions,
-                compute_dtype=jnp.float32):
+                compute_dtype=jnp.float32, **_):
   """h'_t = h_t + beta * fc(bn(c_t)); returns the updated running statistics in training."""
   normalized, new_stats = batch_norm(context, valid, stats, train, positions)
   normalized = normalized * params["bn_scale"] + params["bn_bias"]
@@ -85,8 +87,8 @@ def batch_norm(x: jax.Array, valid: jax.Array, stats: dict, train: bool,
 
 @dataclasses.dataclass(frozen=True)
 class Head:
-  """apply(params, h, context, *, valid, stats, train, positions, compute_dtype) -> (h', new
-  stats), positions [T] the sentence position of each step;
+  """apply(params, h, context, *, valid, stats, train, positions, compute_dtype, linear) ->
+  (h', new stats), positions [T] the sentence position of each step, linear: no tanh;
   params: name -> (shape, initialiser) as in `scores.Score`; has_stats: keeps running stats."""
   apply: Callable
   params: dict

@@ -56,6 +56,10 @@ STATS = "batch_stats"
 # output h_t (what attention reads); "head", the output layer's h'_t (what the softmax reads:
 # h_t itself for the models without an output layer, `none` and the DAS/LSTMN models).
 HIDDEN_STATES = ("lstm", "head")
+HEAD_ACTIVATIONS = ("tanh", "linear")
+DROPOUT_SITES = ("before_head", "after_head")
+HEAD_BIAS_INITS = ("zeros", "uniform")
+MEMORIES = ("filled", "zero_slot")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -82,6 +86,17 @@ def default_config() -> ml_collections.ConfigDict:
   config.pos_tags = False         # Input [word embedding; POS-tag embedding] (needs tags).
   config.num_tags = 0             # Tag vocabulary size (tagger.TAG_SPECIALS included).
   config.tag_size = 50            # POS-tag embedding size.
+  # What the released code of Salton et al. (2017) does differently (docs/models.md, "The
+  # released code"); each default is the paper's choice.
+  config.head_activation = "tanh"     # Output layer h'_t = tanh(W [h_t; c_t] + b); "linear":
+                                      # h'_t = W [h_t; c_t] + b, the released code's merge.
+  config.dropout_site = "before_head"  # Output dropout on h_t, which attention and the output
+                                       # layer read; "after_head": on h'_t (the released code).
+  config.head_bias_init = "zeros"     # Output layer bias b: "zeros", or "uniform" in
+                                      # (-init_scale, init_scale) (the released code).
+  config.memory = "filled"            # Attend over h_0 = 0, h_1 .. h_{t-1}; "zero_slot": over
+                                      # h_0 = 0 alone, all the released code's training graph
+                                      # holds (its context is 0 and attention gets no gradient).
   return config
 
 
@@ -107,9 +122,24 @@ def validate(config) -> None:
       raise ConfigError(f"config.model.{field} = {config[field]} is too small")
   if not 0.0 <= config.dropout < 1.0:
     raise ConfigError(f"config.model.dropout = {config.dropout} must be in [0, 1)")
+  for field, choices in (("head_activation", HEAD_ACTIVATIONS),
+                         ("dropout_site", DROPOUT_SITES), ("head_bias_init", HEAD_BIAS_INITS),
+                         ("memory", MEMORIES)):
+    if config.get(field, choices[0]) not in choices:
+      raise ConfigError(f"unknown {field} {config[field]!r} (config.model.{field}); choose one "
+                        f"of: {', '.join(choices)}")
+  if _zero_slot_only(config) and not (config.zero_slot and scores.get(config.score).attend):
+    raise ConfigError("config.model.memory='zero_slot' attends over the zero slot alone: it "
+                      "needs config.model.zero_slot=True and a score with attention "
+                      f"(not {config.score!r})")
   if config.pos_tags and min(config.num_tags, config.tag_size) < 1:
     raise ConfigError(f"config.model.pos_tags needs num_tags >= 1 and tag_size >= 1 "
                       f"(got {config.num_tags}, {config.tag_size}): set them from the tagger")
+
+
+def _zero_slot_only(config) -> bool:
+  """Whether the memory holds the zero slot alone (`config.memory`)."""
+  return config.get("memory", "filled") == "zero_slot"
 
 
 def _input_sizes(config, score) -> tuple[dict, int]:
@@ -152,6 +182,9 @@ def init(rng: jax.Array, config) -> dict:
     params["score"] = _init_from_spec(rng_score, score.params, sizes, config.init_scale)
   if head.params:
     params["head"] = _init_from_spec(rng_head, head.params, sizes, config.init_scale)
+    if config.get("head_bias_init", "zeros") == "uniform":
+      params["head"]["b"] = nn.uniform_init(jax.random.fold_in(rng_head, 1), (hidden,),
+                                            config.init_scale)
   if head.has_stats:
     params[STATS] = heads.init_stats(config.max_len, hidden)
   return params
@@ -306,9 +339,16 @@ def _forward(params, config, tokens, lengths, state, *, train, rng, need_weights
                                         state, need_weights)
   features, new_stats = _head(params, config, score, query, context, valid, train,
                               positions=jnp.arange(num_steps))
+  if drop is not None and _dropout_after_head(config):
+    features = features * jnp.swapaxes(drop.output, 0, 1)
   updates = {STATS: new_stats} if new_stats is not None else {}
   return (_logits(params, config, features), weights, updates, state,
           {"lstm": query, "head": features})
+
+
+def _dropout_after_head(config) -> bool:
+  """Whether the output dropout falls on h'_t rather than on h_t (`config.dropout_site`)."""
+  return config.get("dropout_site", "before_head") == "after_head"
 
 
 def _compute_dtype(config):
@@ -357,7 +397,8 @@ def _parallel(params, config, score, embedded, lengths, drop, state, need_weight
     final, inputs = lstm.scan_layer(layer, gates_x, initial, cdt, config.unroll)
     finals.append(final)
   outputs = jnp.swapaxes(inputs, 0, 1)                                         # [B, T, H]
-  query = outputs * jnp.swapaxes(drop.output, 0, 1) if drop is not None else outputs
+  query = (outputs * jnp.swapaxes(drop.output, 0, 1)
+           if drop is not None and not _dropout_after_head(config) else outputs)
   if state is not None:
     state = state._replace(lstm=tuple(finals))
   if score.attend is None:
@@ -367,12 +408,18 @@ def _parallel(params, config, score, embedded, lengths, drop, state, need_weight
   memory, num_steps = memory_lib.shifted(outputs), outputs.shape[1]
   if score.streaming and num_steps >= config.streaming_min_len and not need_weights:
     slot_scores = _slot_scores(params, score, memory, cdt)
-    valid = memory_lib.slot_mask(lengths, num_steps, config.zero_slot)
+    valid = _visible(config, memory_lib.slot_mask(lengths, num_steps, config.zero_slot))
     return query, memory_lib.prefix_means(slot_scores, memory, valid), None, None
-  mask = memory_lib.causal_mask(lengths, num_steps, config.zero_slot)
+  mask = _visible(config, memory_lib.causal_mask(lengths, num_steps, config.zero_slot))
   context, weights = scores.attend_in_blocks(score, params.get("score"), query, memory, mask,
                                              cdt, config.score_block_elements)
   return query, context, weights, None
+
+
+def _visible(config, mask: jax.Array) -> jax.Array:
+  """The slots attention may read: `mask` [..., L], or the zero slot alone under
+  `config.memory = "zero_slot"`."""
+  return mask & (jnp.arange(mask.shape[-1]) == 0) if _zero_slot_only(config) else mask
 
 
 def _attend_window(params, config, score, query, outputs, lengths, state: DecodeState):
@@ -468,11 +515,12 @@ def _time_step(params, config, score, carry: DecodeState, inputs):
       gates_x = lstm.input_gates(layer, below, cdt)
     states.append(lstm.cell(layer, gates_x, previous if depth == 0 else carry.lstm[depth], cdt))
   h = states[-1].h
-  query = h if drop is None else h * drop[1]
+  query = h if drop is None or _dropout_after_head(config) else h * drop[1]
   context, new_memory = None, carry.memory
   if score.attend is not None:
     context, weights = _read_memory(params, config, score, carry.memory, query)
-    new_memory = _write_memory(params, config, score, carry.memory, h, valid)
+    if not _zero_slot_only(config):
+      new_memory = _write_memory(params, config, score, carry.memory, h, valid)
   tapes = (recurrent.write_tapes(carry.tapes, states[0], previous, valid)
            if "lstmn" in score.recurrence else carry.tapes)
   new_carry = carry._replace(lstm=tuple(states), memory=new_memory, tapes=tapes)
@@ -507,7 +555,8 @@ def _head(params, config, score, query, context, valid, train, positions):
   positions [T]: each step's position in its sentence."""
   head = heads.HEADS[score.head]
   return head.apply(params.get("head"), query, context, valid=valid, stats=params.get(STATS),
-                    train=train, positions=positions, compute_dtype=_compute_dtype(config))
+                    train=train, positions=positions, compute_dtype=_compute_dtype(config),
+                    linear=config.get("head_activation", "tanh") == "linear")
 
 
 def _logits(params, config, features):
@@ -564,6 +613,9 @@ def init_stream_state(params: dict, config, batch_size: int) -> DecodeState:
   if config.score == "conv1x1":
     raise ConfigError("config.model.score='conv1x1' weights the memory slots by their position "
                       "in a sentence and has no stream form: use config.data.span='sentence'")
+  if _zero_slot_only(config):
+    raise ConfigError("config.model.memory='zero_slot' emulates the released code's sentence "
+                      "rows and has no stream form: use config.data.span='sentence'")
   return _initial_state(params, config, scores.get(config.score), batch_size, config.max_len)
 
 

@@ -67,12 +67,16 @@ def loss(logits: jax.Array, targets: jax.Array, lengths: jax.Array) -> jax.Array
   return jnp.where(mask, -token_log_probs(logits, targets), 0.0).sum() / targets.shape[0]
 
 
-def perplexities(sums: Mapping[str, float]) -> dict:
-  """Both perplexities from summed `nll_sums` statistics (host floats)."""
+def perplexities(sums: Mapping[str, float], unpredicted: float = 0) -> dict:
+  """Both perplexities from summed `nll_sums` statistics (host floats): exp(nll / tokens),
+  and the released code's rule, exp(nll_after_first / (tokens + unpredicted)), where
+  `unpredicted` counts first words that rows read without predicting them (rows without a
+  start symbol, `data.start_symbol=False`: one a sentence) and the released code counts."""
   tokens = float(sums["tokens"])
   return {
       "perplexity": math.exp(float(sums["nll"]) / tokens),
-      "perplexity_paper_convention": math.exp(float(sums["nll_after_first"]) / tokens),
+      "perplexity_paper_convention": math.exp(float(sums["nll_after_first"])
+                                              / (tokens + unpredicted)),
   }
 
 

@@ -74,6 +74,7 @@ def split_states(model: evaluate.TrainedModel, split: str, states: str = "lstm"
   config.data.span in batches of `eval_batch_size`, pmapped; carried windows under the
   stream protocol) and laid out in stream order.
   """
+  model.check_every_token("the neural cache")
   data = model.load_data()
   stream = data.split(split)
   batch_size = model.config.data.eval_batch_size

@@ -182,6 +182,7 @@ class DynamicEvaluator:
       raise DynamicEvalError(f"--dynamic_window={window} must be at least 1 (rows of "
                              "evaluation per window)")
     self.model, self.window, self.time_multiple = model, window, time_multiple
+    model.check_every_token("dynamic evaluation")
     self.data = model.load_data()
     config = model.config.model
     self._score = jax.jit(functools.partial(_window_log_probs, model_config=config))

@@ -16,6 +16,7 @@ from orbax.checkpoint import checkpoint_managers
 from attnlm_jax.common import errors
 from attnlm_jax.common import logging_utils
 from attnlm_jax.data import locations
+from attnlm_jax.data import pipeline
 from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax import models
 
@@ -231,9 +232,9 @@ def write_config_and_vocab(workdir: epath.Path, config: ml_collections.ConfigDic
 
 
 def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
-  """The config.json saved in a workdir, as a locked ConfigDict. Model fields added since the
-  run was saved take their `models.default_config` values (a new field's default keeps the
-  behaviour from before it existed)."""
+  """The config.json saved in a workdir, as a locked ConfigDict. Model and data fields added
+  since the run was saved take their `models.default_config` and `pipeline.ADDED_FIELDS`
+  values (a new field's default keeps the behaviour from before it existed)."""
   path = workdir / CONFIG_FILE
   if not path.exists():
     raise CheckpointError(f"{path} not found: pass --config=configs/NAME.py or the --workdir "
@@ -241,7 +242,8 @@ def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
   saved = json.loads(path.read_text())
   model = models.default_config()
   model.update(saved.get("model", {}))
-  config = ml_collections.ConfigDict({**saved, "model": model})
+  data = {**pipeline.ADDED_FIELDS, **saved.get("data", {})}
+  config = ml_collections.ConfigDict({**saved, "model": model, "data": data})
   config.lock()
   return config
 

@@ -382,5 +382,6 @@ class Evaluator:
     for batch_sums in sums:
       for key in totals:
         totals[key] += float(parallel.first_replica(batch_sums[key]))
-    return {**losses.perplexities(totals), "nll": totals["nll"],
+    unpredicted = 0 if data.is_stream or data.start_symbol else totals["sentences"]
+    return {**losses.perplexities(totals, unpredicted), "nll": totals["nll"],
             "tokens": int(totals["tokens"]), "sentences": int(totals["sentences"])}

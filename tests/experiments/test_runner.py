@@ -26,9 +26,14 @@ from attnlm_jax.training import train
 import tiny_config
 
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1", "none_seed1",
-               "proj_seed1", "single_seed1")
+               "proj_seed1", "single_seed1", "released", "released_attention")
 STOPPING_RULE_ROWS = ("none", "proj", "combined", "average", "conv1x1", "none_seed1",
                       "proj_seed1")
+RELEASED_ROWS = ("released", "released_attention")   # 23 epochs: their lr halves from 14.
+
+
+def _most_epochs(name: str) -> int:
+  return 22 if name in STOPPING_RULE_ROWS else 23 if name in RELEASED_ROWS else 40
 
 
 def _records(path) -> list[dict]:
@@ -205,12 +210,15 @@ def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp
   single = plan[SALTON_ROWS.index("single")]
   assert 14.4e6 < single["params"] < 14.6e6       # the paper prints 14.5M
   for row in plan:
-    epochs = 22 if row["name"] in STOPPING_RULE_ROWS else 40
+    epochs = _most_epochs(row["name"])
     assert row["epochs"] == epochs and row["status"] == "not started"
     assert row["total_tokens"] == epochs * row["tokens_per_epoch"] > 800_000 * epochs
     assert f"{row['params']:,}" in printed and row["command"] in printed
     score, seeded, _ = row["name"].partition("_seed")
-    assert f"--config=configs/ptb.py:score={score}" in row["command"]
+    config = ("released.py:score=single,memory=" + ("filled" if "attention" in score
+                                                     else "zero_slot")
+              if score in RELEASED_ROWS else f"ptb.py:score={score}")
+    assert f"--config=configs/{config}" in row["command"]
     assert ("--config.seed=1 --config.data.seed=1" in row["command"]) == bool(seeded)
   assert not (tmp_path / "table").exists()
 
@@ -218,14 +226,15 @@ def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp
 def test_the_stopping_rule_ends_its_rows_after_epoch_22_and_their_page_says_so(tmp_path):
   for row in tables.TABLES["salton_ptb"].rows:
     config = runner.row_config(row, tmp_path)
-    ruled = row.name in STOPPING_RULE_ROWS
-    assert config.train.num_epochs == (22 if ruled else 40), row.name
+    ruled = row.name in STOPPING_RULE_ROWS + RELEASED_ROWS
+    assert config.train.num_epochs == _most_epochs(row.name), row.name
     assert config.train.patience == 10 and bool(row.note) == ruled
   runner.run("salton_ptb", tmp_path, pages_only=True)
   table = json.loads((tmp_path / runner.RESULTS_JSON).read_text())
   assert {r["name"]: r["num_epochs"] for r in table["rows"]} == {
-      name: 22 if name in STOPPING_RULE_ROWS else 40 for name in SALTON_ROWS}
-  assert [r["name"] for r in table["rows"] if "note" in r] == list(STOPPING_RULE_ROWS)
+      name: _most_epochs(name) for name in SALTON_ROWS}
+  assert [r["name"] for r in table["rows"] if "note" in r] == list(STOPPING_RULE_ROWS
+                                                                   + RELEASED_ROWS)
   markdown = (tmp_path / runner.RESULTS_MD).read_text().splitlines()
   noted = [line for line in markdown if line.endswith(f" {tables.STOPPING_RULE_NOTE}.")]
   assert noted == [f"- `{name}` {tables.STOPPING_RULE_NOTE}." for name in STOPPING_RULE_ROWS]
