@@ -61,6 +61,13 @@ def test_the_start_record_names_the_code_that_trained(workdir):
                                     *logging_utils.CODE_PATHS) else "")
 
 
+def test_the_start_record_names_the_libraries_that_trained(workdir):
+  """A run on another machine (a GPU image's JAX) says which JAX, Flax, Optax and Orbax ran."""
+  start = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
+  assert start["versions"]["jax"] == importlib.metadata.version("jax")
+  assert set(start["versions"]) == set(logging_utils.LIBRARIES)
+
+
 def test_a_change_to_the_code_marks_the_code_version_and_one_to_the_docs_does_not(tmp_path):
   """In a checkout of its own: committed, then a README edit (no mark), then a code edit."""
   if shutil.which("git") is None:

@@ -53,6 +53,14 @@ class _LibraryFilter(std_logging.Filter):
             and not any(text in message for text in self._expected))
 
 
+class _AbandonedTasksFilter(std_logging.Filter):
+  """Drops asyncio's "Task exception was never retrieved": the other reads of a damaged
+  checkpoint, failing after the first failure was raised (see `quiet_libraries`)."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Task exception was never retrieved")
+
+
 class _DropAbandonedReads:
   """A sys.unraisablehook: drops "Event loop is closed" (see `quiet_libraries`) and passes
   every other report on to the hook it replaced."""
@@ -72,14 +80,18 @@ def quiet_libraries() -> None:
   Orbax and TFDS log their save/restore and preparation details through absl; JAX logs its
   backend probing (e.g. "no TPU found") through its own logger. When Orbax fails to read a
   damaged checkpoint, its other reads still under way finish later on tensorstore threads
-  and report "Event loop is closed" to `sys.unraisablehook`: those reports are dropped (the
-  failure itself is reported once, by `checkpoints.Checkpoints.restore`).
+  and report "Event loop is closed" to `sys.unraisablehook`, or fail themselves and are
+  logged by asyncio as never retrieved: those reports are dropped (the failure itself is
+  reported once, by `checkpoints.Checkpoints.restore`).
   """
   absl_logger = std_logging.getLogger("absl")
   if not any(isinstance(f, _LibraryFilter) for f in absl_logger.filters):
     for package, expected in _QUIETED.items():
       absl_logger.addFilter(_LibraryFilter(package, expected))
   std_logging.getLogger("jax").setLevel(std_logging.WARNING)
+  asyncio_logger = std_logging.getLogger("asyncio")
+  if not any(isinstance(f, _AbandonedTasksFilter) for f in asyncio_logger.filters):
+    asyncio_logger.addFilter(_AbandonedTasksFilter())
   if not isinstance(sys.unraisablehook, _DropAbandonedReads):
     sys.unraisablehook = _DropAbandonedReads(sys.unraisablehook)
 
@@ -116,6 +128,19 @@ def cpu_model() -> str:
       if line.startswith("model name"):
         return line.split(":", 1)[1].strip()
   return platform.processor()
+
+
+# The libraries whose versions a run's start record names.
+LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
+
+
+def library_versions() -> dict[str, str]:
+  """{library: installed version} of `LIBRARIES` (those not installed left out)."""
+  versions = {}
+  for name in LIBRARIES:
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+      versions[name] = importlib.metadata.version(name)
+  return versions
 
 
 def code_version() -> str:

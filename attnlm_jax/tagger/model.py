@@ -171,7 +171,8 @@ def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]],
   """The predicted tag ids of each sentence's words (normalised first), left to right; none
   for a sentence without words."""
   with_words = [i for i, sentence in enumerate(sentences) if len(sentence)]
-  encoded = _encode(tagger, [([corpora.normalize(w) for w in sentences[i]], None) for i in with_words])
+  encoded = _encode(tagger, [([corpora.normalize(w) for w in sentences[i]], None)
+                             for i in with_words])
   config = ml_collections.FrozenConfigDict(tagger.config)
   result = [np.zeros(0, np.int32) for _ in sentences]
   with logging_utils.progress_bar("tagging", total=len(encoded), unit=" sentences") as bar:

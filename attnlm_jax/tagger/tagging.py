@@ -57,9 +57,10 @@ def load(workdir) -> model_lib.Tagger:
   workdir = epath.Path(workdir)
   meta = _read_meta(workdir)
   params = flax.serialization.msgpack_restore((workdir / "tagger.msgpack").read_bytes())
-  return model_lib.Tagger(jax.tree.map(jnp.asarray, params), ml_collections.ConfigDict(meta["config"]),
-                vocab_lib.Vocabulary(meta["words"]), vocab_lib.Vocabulary(meta["suffixes"]),
-                tuple(meta["tags"]))
+  return model_lib.Tagger(jax.tree.map(jnp.asarray, params),
+                          ml_collections.ConfigDict(meta["config"]),
+                          vocab_lib.Vocabulary(meta["words"]),
+                          vocab_lib.Vocabulary(meta["suffixes"]), tuple(meta["tags"]))
 
 
 def cache_path(tagger_dir, corpus: str, split: str) -> epath.Path:

@@ -41,12 +41,14 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   if config.data.max_train_sentences:
     train = train[:config.data.max_train_sentences]
   if config.data.get("treebank_dir"):
-    train = train + corpora.read_treebank_pos(config.data.treebank_dir, config.data.drop_punctuation)
+    train = train + corpora.read_treebank_pos(config.data.treebank_dir,
+                                              config.data.drop_punctuation)
   words = model_lib.build_vocabulary([w for w, _ in train], config.data.min_count)
   endings = model_lib.build_vocabulary([model_lib.word_features(w, config.model)
                               for s, _ in train for w in s], config.data.min_count)
   tags = model_lib.build_tags([t for _, t in train])
-  params = model_lib.init(jax.random.key(config.seed), config.model, len(words), len(endings), len(tags))
+  params = model_lib.init(jax.random.key(config.seed), config.model, len(words), len(endings),
+                          len(tags))
   tagger = model_lib.Tagger(params, config.model, words, endings, tags)
   encoded = model_lib._encode(tagger, train, {t: i for i, t in enumerate(tags)})
   optimizer = optax.chain(optax.clip_by_global_norm(config.train.grad_clip),

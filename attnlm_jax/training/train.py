@@ -213,7 +213,7 @@ class _Session:
         models.count_params(self.state["params"]), platform=jax.default_backend(),
         devices=jax.device_count(), device_kind=jax.devices()[0].device_kind,
         host_cpus=logging_utils.host_cpus(), cpu_model=logging_utils.cpu_model(),
-        code_version=logging_utils.code_version(),
+        code_version=logging_utils.code_version(), versions=logging_utils.library_versions(),
         train_batches=self.data.num_train_batches(), vocab_size=vocab_size,
         unigram_valid_perplexity=losses.unigram_perplexity(
             self.data.split("train").tokens, self.data.split("valid").tokens, vocab_size))
