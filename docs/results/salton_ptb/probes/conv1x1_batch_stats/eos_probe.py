@@ -17,7 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlm_jax import data as data_lib
-from attnlm_jax.evaluation import evaluate, losses, models
+from attnlm_jax import models
+from attnlm_jax.evaluation import evaluate
+from attnlm_jax.models import losses
 
 model = evaluate.load(sys.argv[1])
 num_batches = int(sys.argv[2])

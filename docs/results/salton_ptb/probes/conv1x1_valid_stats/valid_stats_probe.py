@@ -17,7 +17,9 @@ import numpy as np
 
 from attnlm_jax import data as data_lib
 from attnlm_jax.data import pipeline
-from attnlm_jax.evaluation import evaluate, losses, models
+from attnlm_jax import models
+from attnlm_jax.evaluation import evaluate
+from attnlm_jax.models import losses
 
 model = evaluate.load(sys.argv[1])
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0

@@ -1,0 +1,97 @@
+"""Does conv1x1's batch norm let a model read when its sentence ends, and does that explain the
+convolutional-attention paper's 58.4? A `conv1x1` at 1 x 200 trained on batches bucketed by
+length (configs/ptb_small.py:score=conv1x1 with data.bucket=true; the training check that
+refuses such batches is lifted here, and only here), then valid and test evaluated three ways:
+- `running`: the batch norm's running statistics (what this project reports);
+- `batch_bucketed`: each step's batch statistics over evaluation's batches, longest sentence
+  first, so a batch holds sentences of nearly equal length (what a code that never switched
+  its batch norm to running statistics would report);
+- `batch_random`: batch statistics over batches of random sentences (the same size).
+Dropout is off in all three.
+
+From the repository root (trains the row first unless WORKDIR holds it finished):
+  python docs/results/ptb_cpu/probes/conv1x1_leak/leak_probe.py WORKDIR > leak_probe.json
+"""
+
+import json
+import sys
+
+import jax
+import numpy as np
+
+from attnlm_jax import models
+from attnlm_jax.common import config_files
+from attnlm_jax.data import pipeline
+from attnlm_jax.evaluation import evaluate
+from attnlm_jax.experiments import runs
+from attnlm_jax.models import losses
+from attnlm_jax.training import run_config
+from attnlm_jax.training import train
+
+CONFIG = "configs/ptb_small.py:score=conv1x1"
+OVERRIDES = {"data.bucket": True}
+SEED = 0  # The order of the random batches.
+
+
+def train_bucketed(workdir: str) -> None:
+  """Trains the row with the check against bucketed batches lifted (the others kept)."""
+  check = run_config.check_training
+
+  def check_all_but_bucketing(config):
+    unbucketed = config.copy_and_resolve_references()
+    unbucketed.data.bucket = False
+    check(unbucketed)
+
+  run_config.check_training = check_all_but_bucketing
+  train.train_and_evaluate(config_files.load_config(CONFIG, OVERRIDES), workdir)
+
+
+def batch_statistics_sums(model: evaluate.TrainedModel, batches) -> dict:
+  """`losses.nll_sums` over `batches` with the batch norm on each batch's statistics."""
+  config = model.config.model.copy_and_resolve_references()
+  config.dropout = 0.0
+
+  @jax.jit
+  def sums(params, batch):
+    logits, _ = models.apply(params, config, batch["inputs"], batch["lengths"], train=True,
+                             mutable=True)
+    return losses.nll_sums(logits, batch["inputs"], batch["targets"], batch["lengths"])
+
+  total = dict.fromkeys(losses.SUM_KEYS, 0.0)
+  for batch in batches:
+    for key, value in sums(model.params, batch).items():
+      total[key] += float(value)
+  return total
+
+
+def random_batches(data, split: str, batch_size: int):
+  """Every unit of `split` once, in batches of `batch_size` random units."""
+  starts, lengths = data.units(split)
+  order = np.random.default_rng(SEED).permutation(len(starts))
+  for first in range(0, len(order), batch_size):
+    rows = order[first:first + batch_size]
+    yield pipeline.make_batch(data.split(split), starts[rows], lengths[rows],
+                              int(lengths[rows].max()))
+
+
+def main(workdir: str) -> dict:
+  if not runs.is_finished(workdir):
+    train_bucketed(workdir)
+  model = evaluate.load(workdir)
+  data = model.load_data()
+  batch_size = model.config.data.eval_batch_size
+  result = {"workdir_config": CONFIG, "overrides": OVERRIDES, "checkpoint_step": model.step,
+            "eval_batch_size": batch_size}
+  for split in ("valid", "test"):
+    bucketed = (batch for _, batch in pipeline.eval_batches(data.split(split),
+                                                            data.units(split), batch_size))
+    result[split] = {
+        "running": evaluate.evaluate(model, split),
+        "batch_bucketed": losses.perplexities(batch_statistics_sums(model, bucketed)),
+        "batch_random": losses.perplexities(batch_statistics_sums(
+            model, random_batches(data, split, batch_size)))}
+  return result
+
+
+if __name__ == "__main__":
+  print(json.dumps(main(sys.argv[1])))
