@@ -1,17 +1,10 @@
 """Sequence units, batch plans and padded batches over an encoded split.
 
-A split is held as one flat int32 token stream (each sentence's word ids followed by
-EOS_ID). A *unit* is a contiguous range of that stream that becomes one batch row: a single
-sentence (span "sentence"), or consecutive sentences of one document packed up to a span
-(span "document"). A *plan* is an int array [num_batches, batch_size] of unit indices, -1
-marking filler rows. `make_batch` turns the units of one plan row into the batch dict of
-docs/data.md: inputs start with EOS_ID (the start symbol), targets are the unit's tokens.
-
-The stream protocol (span "stream", Zaremba et al. 2015) cuts the whole stream into
-`batch_size` contiguous rows (`stream_rows`) read side by side in consecutive windows of
-`width` tokens (`num_stream_windows`; `make_batch` without `start_symbol`): a window's inputs
-continue the stream (the token before each target), so the model's state carries from one
-window to the next.
+A split is one flat int32 token stream (each sentence's word ids, then EOS_ID). A *unit* is a
+contiguous range of it that becomes one batch row (a sentence, or a document span); a *plan* is
+an int array [num_batches, batch_size] of unit indices, -1 marking filler rows (docs/data.md,
+"Batches"). The stream protocol (Zaremba et al. 2015) reads `stream_rows` in windows of `width`
+tokens instead (docs/training.md, "The stream protocol").
 """
 
 from __future__ import annotations
@@ -25,14 +18,7 @@ POOL_BATCHES = 100
 
 
 def sentence_units(sentence_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """One unit per sentence.
-
-  Args:
-    sentence_lengths: tokens (words + EOS) of each sentence, in stream order.
-
-  Returns:
-    (starts, lengths): stream offset and token count of each unit.
-  """
+  """(starts, lengths) of one unit per sentence, from its tokens (words + EOS), in stream order."""
   lengths = np.asarray(sentence_lengths, dtype=np.int64)
   starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
   return starts, lengths
@@ -78,21 +64,16 @@ def _fill(order: np.ndarray, batch_size: int) -> np.ndarray:
 
 def train_plan(lengths: np.ndarray, batch_size: int, seed: int, epoch: int,
                bucket: bool, max_len: int, shuffle: bool = True) -> np.ndarray:
-  """The batches of one training epoch: every unit exactly once, in a seeded random order
-  (without `shuffle`, in corpus order, consecutive units in a batch, as the released code of
-  Salton et al. (2017) reads them).
-
-  Without bucketing the units are shuffled and cut into batches. With bucketing the
-  shuffled units are cut into pools of POOL_BATCHES batches, each pool is sorted by
-  (truncated) length and cut into batches, and the order of all batches is shuffled. The
-  randomness depends on (seed, epoch) only.
+  """The batches of one training epoch: every unit exactly once, in an order that depends on
+  (seed, epoch) only (docs/data.md, "Training"); without `shuffle`, in corpus order,
+  consecutive units in a batch, as the released code of Salton et al. (2017) reads them.
 
   Args:
     lengths: token count of each unit.
     batch_size: rows per batch.
     seed: the data seed.
     epoch: the epoch number.
-    bucket: whether to group units of similar length.
+    bucket: whether to group units of similar length (in pools of POOL_BATCHES batches).
     max_len: training truncation length (bucketing sorts by the truncated length).
     shuffle: whether to shuffle (else `bucket` must be off).
 

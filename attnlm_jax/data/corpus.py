@@ -1,22 +1,8 @@
 """Readers for the corpora: Penn Treebank, WikiText-2 and the embedded corpus.
 
 Each reader turns one split into a `SplitText`: tokenised sentences (without `<eos>`) and the
-document each sentence belongs to. Every file is read as UTF-8 with `\\n` or `\\r\\n` line ends
-and split into words at whitespace. The corpus-specific rules (docs/data.md has the details):
-
-- `ptb` (`ptb.{train,valid,test}.txt`): one line is one sentence and one document; blank
-  lines are skipped.
-- `wikitext2` (`wiki.{train,valid,test}.tokens`): a line is a paragraph. It is split into
-  sentences after every standalone `.`, `?` or `!` word (the word ends its sentence; words
-  after the last one form a final sentence). A heading line (`= Title =`, `= = Section = =`,
-  ...: `=` words on both ends and a blank line before and after) is one sentence of its own,
-  never split; a top-level heading (one `=` on each side) starts a new document. Blank lines
-  separate paragraphs and are not sentences.
-- `embedded`: `attnlm_jax/data/embedded/{split}.txt.gz` inside the package, one sentence per
-  line, each sentence its own document.
-
-Bad input raises `CorpusError` with a one-line message naming the file and the fix; a missing
-corpus names the command that downloads it (`attnlm_jax.data.download`).
+document each sentence belongs to. Each corpus's rules (WikiText-2's sentences, headings and
+documents): docs/data.md, "Corpora and layouts"; bad input raises `CorpusError`.
 """
 
 from __future__ import annotations
@@ -207,7 +193,7 @@ def _heading_level(lines: list[list[str]], i: int) -> int:
 
 
 def _wikitext_sentences(lines: list[str]) -> tuple[list[tuple[str, ...]], list[int]]:
-  """Splits WikiText lines into sentences and numbers the documents (see module doc)."""
+  """Splits WikiText lines into sentences and numbers the documents (docs/data.md)."""
   lines = [line.split() for line in lines]
   sentences, documents = [], []
   document = 0

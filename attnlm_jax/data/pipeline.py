@@ -1,9 +1,7 @@
 """The dataset facade: `load(config.data)` -> `LMData` (vocabulary, training and eval batches).
 
-Splits are read once (from the text files, or through the TFDS builders with
-`source="tfds"`), encoded to one flat int32 token stream each and cached. Training batches
-come from a grain iterator over the epoch's batch plan (see `batching`), so the iterator state
-can be checkpointed and a resumed run continues on the exact next batch.
+Splits are read once, encoded to one flat int32 token stream each and cached; training batches
+come from a grain iterator whose state a checkpoint keeps (docs/data.md, "Batches").
 """
 
 from __future__ import annotations
@@ -299,15 +297,10 @@ class LMData:
 
   def train_iterator(self, epoch: int, process_index: int = 0,
                      process_count: int = 1) -> grain.DatasetIterator:
-    """A grain iterator over the training batches of `epoch`.
+    """A grain iterator over the training batches of `epoch` (`get_state()` / `set_state()`).
 
-    In a run of `process_count` processes each process reads only its rows of every global
-    batch of the plan (`process_rows`), padded to the width of the whole global batch.
-
-    Rows are truncated to max_len tokens and padded to max_len, or with bucketing to the
-    batch's longest row rounded up to a multiple of `config.width_multiple` (at most
-    max_len; 1 when the field is absent). `get_state()` / `set_state()` checkpoint the
-    position.
+    Rows are truncated to max_len and padded to `_train_width` of the whole global batch; with
+    `process_count` processes each reads only its rows of every batch (`process_rows`).
     """
     options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=8)
     if self.is_stream:
@@ -346,12 +339,10 @@ class LMData:
 
   def eval_batches(self, split: str, batch_size: int, process_index: int = 0,
                    process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
-    """Evaluation batches covering every token of `split` once, longest rows first.
+    """Evaluation batches covering every token of `split` once (docs/data.md, "Evaluation").
 
-    Rows are whole units (never truncated), each batch padded to its longest row; the last
-    batch is filled up to `batch_size` with filler rows (lengths 0). With `process_count`
-    processes each yields only its rows of every batch (`process_rows`), padded alike. Under
-    the stream protocol: the windows of `split` read as `batch_size` streams, in order.
+    With `process_count` processes each yields only its rows of every batch (`process_rows`).
+    Under the stream protocol: the windows of `split` read as `batch_size` streams, in order.
     """
     if self.is_stream:
       yield from self._stream_windows(split, batch_size, process_index, process_count)

@@ -1,18 +1,8 @@
 """TensorFlow Datasets builders for the corpora, stored as array_record, read without TensorFlow.
 
-The TFDS catalog has no Penn Treebank or WikiText-2 builder, so these builders read the
-standard files from the manual directory (`ptb.{train,valid,test}.txt`,
-`wiki.{train,valid,test}.tokens`; the embedded corpus comes from the package). Each example is
-one sentence exactly as `corpus.read_split` produces it: {"text": the words joined by single
-spaces, "document": its document index}, written in corpus order (shuffling disabled). The
-number of lines of each source file is kept in the dataset metadata.
-
-Datasets are written as array_record and read back with `builder.as_data_source(split)`, the
-random-access path that needs no TensorFlow (`tfds.load` and `as_dataset` do). A prepared
-dataset lives under `cache_dir/<corpus>-<hash of the source files>/` (`cache_dir` defaults to
-`tfds/` in the data root, `locations.data_root()`), so it is built once and rebuilt when the
-source files change. TFDS's own progress bars and messages are silenced: preparing logs one
-line, and a progress bar on stderr when it takes more than a few seconds.
+Each example is one sentence as `corpus.read_split` produces it: {"text": the words joined by
+single spaces, "document": its document index}, in corpus order. Prepared datasets live under
+`cache_dir/<corpus>-<hash of the source files>/` (docs/data.md, "Corpora and layouts").
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Word vocabulary: the id <-> word map built from a training split.
 
-Ids 0, 1, 2 are the specials `<pad>`, `<eos>` and `<unk>`; `<eos>` ends every sentence and
-doubles as the start symbol. The other words follow in order of decreasing training-split
-frequency (ties broken alphabetically), so the same training text always gives the same ids.
-A vocabulary is saved as JSON beside every checkpoint and reloaded with it; `fingerprint()`
-lets a restore check that the ids still mean the same words.
+Ids 0, 1, 2 are `<pad>`, `<eos>` (also the start symbol) and `<unk>`, then the words by
+decreasing training count, ties alphabetical (docs/data.md, "Vocabulary").
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
 """Looking inside trained models: attention heatmaps, the smoothing effect, agreement probes.
 
-Everything here works on `evaluate.TrainedModel`s (restored with `evaluate.load`, or built
-from freshly initialised parameters) and writes PNG figures and JSON tables:
-
-- `sentence_attention` / `plot_attention`: the attention weights of `models.apply(...,
-  return_attention=True)` for given sentences, drawn as Figures 2-3 of Salton et al. (2017)
-  (x: what each memory slot holds, y: the word being predicted; masked cells blank), one
-  column per model;
-- `smoothing_effect` / `plot_entropy`: per position, the entropy H(a_t) of the attention
-  against the uniform distribution's, log n_t (n_t valid slots), and KL(a_t || uniform) =
-  log n_t - H(a_t), averaged over a split: the number behind the papers' finding that the
-  learned attention is nearly uniform (the "smoothing effect", Salton et al. 2017, sec. 5);
-- `probe` / `plot_probe`: subject-verb agreement, the share of items where the model gives
-  the correct verb form a higher probability than the wrong one after the prefix, by distance
-  and by number of attractors (the embedded corpus's agreement set, or any JSONL file in its
-  format);
-- `token_surprisal` / `plot_surprisal`: per-token surprisal -log2 p(w_t | w_<t) of a sentence.
-
-`analyze` runs all of them on several models into one directory; `run` loads the models from
-training workdirs first (the `--mode=analyze` entry point). Figures use matplotlib's
-object-oriented API with the Agg canvas: no display is needed and pyplot's global backend is
-left alone.
+Works on `evaluate.TrainedModel`s and writes PNG figures (matplotlib, Agg canvas) and JSON;
+`analyze` runs every analysis on several models, `run` loads them from training workdirs first
+(`--mode=analyze`). What each one measures: docs/analysis.md.
 """
 
 import dataclasses

@@ -1,20 +1,13 @@
 """Interpolated language models: several trained runs mixed token by token.
 
-The mixture of K models gives every token the probability
-
     p(w_t | w_<t) = sum_k lambda_k p_k(w_t | w_<t),   lambda_k >= 0,  sum_k lambda_k = 1
 
-(linear interpolation; Cao & Yu interpolate DAS-LSTMN + tags with an LSTM at lambda = 0.5;
-equal weights are the "model averaging" ensembles). The weights are given, or fitted on the
-validation split by EM (Jelinek & Mercer 1980; Dempster, Laird & Rubin 1977): with the
-members' per-token probabilities fixed, each iteration sets
+The weights are given, or fitted on the validation split by EM (Jelinek & Mercer 1980;
+Dempster, Laird & Rubin 1977), each iteration setting
 
     r_kt = lambda_k p_k(t) / sum_j lambda_j p_j(t),    lambda_k <- (1/N) sum_t r_kt,
 
-which never lowers the validation log-likelihood (it is concave in lambda, so EM reaches the
-best weights). The per-token log-probabilities come from `evaluate.split_log_probs`; every
-member is scored with its own config (score, tags, span, ...), and all must share the
-vocabulary and therefore the token stream of the split.
+which never lowers the validation log-likelihood (docs/training.md, "The DAS-paper rows").
 """
 
 from typing import Optional, Sequence

@@ -1,12 +1,8 @@
 """Using a trained model: perplexity of a split, per-token scores of a file, and sampling.
 
-All three restore the best checkpoint of a training workdir (the parameters training ends
-with), with the vocabulary and, unless another is given, the config saved beside it.
-- `evaluate`: both perplexities of a split (`losses.py`) with `steps.Evaluator`;
-- `score`: the natural-log probability of every token of every line of a text file
-  (`models.apply`), in the same batches as evaluation; `split_log_probs` gives the same for
-  every token of a split (what `ensemble.py` mixes);
-- `generate`: samples continuations of a prompt one token at a time (`models.step`).
+`evaluate`, `score` and `generate` restore the best checkpoint of a training workdir with its
+vocabulary and config (docs/training.md, "Evaluating", "Scoring" and "Sampling");
+`split_log_probs` gives the log-probability of every token of a split (what `ensemble.py` mixes).
 """
 
 import dataclasses
@@ -214,12 +210,10 @@ def generate(model: TrainedModel, prompt: str, num_tokens: int, temperature: flo
              seed: int) -> list[str]:
   """Samples `num_tokens` words after `prompt`, one `models.step` at a time.
 
-  Each sentence starts from a fresh state fed the start symbol `<eos>`; the prompt's words
-  are fed next; a sampled `<eos>` ends the sentence and starts a new one. Sampling is from
-  softmax(logits / temperature) (greedy at temperature 0), never `<pad>`; the draw of the
-  i-th word uses `fold_in(PRNGKey(seed), i)`, so a seed fixes the output. With POS-tag
-  inputs each word is fed with its tag from the left-to-right tagger, which tags the
-  sentence so far (the words fed, never later ones).
+  Each sentence starts from a fresh state fed `<eos>`, then the prompt's words; a sampled
+  `<eos>` starts a new sentence. Sampling is from softmax(logits / temperature) (greedy at
+  temperature 0), never `<pad>`; a seed fixes the output. With POS-tag inputs each word is fed
+  with its tag from the left-to-right tagger.
 
   Returns:
     The sampled words (`<eos>` included where sentences end).

@@ -1,31 +1,10 @@
 """Rescoring n-best lists (speech recognition, translation) with a trained language model.
 
-Every hypothesis h of an utterance gets the combined score
-
     score(h) = first_pass(h) + lm_weight * log p_LM(h) + word_penalty * |h|
 
-where log p_LM(h) is the natural-log probability of its words and the closing `<eos>` from
-`evaluate.score` (the code of `--mode=score`), and |h| its number of words. Scores are log
-domain, higher is better (negate costs first). Each list is re-ranked by the combined score,
-best first (ties keep the input order).
-
-Input formats (a file's format is that of its first non-blank line; a directory is Kaldi's):
-- tab-separated: `utterance-id<TAB>first-pass score<TAB>hypothesis text`;
-- Moses: `id ||| hypothesis text ||| feature scores ||| total score` (more ` ||| ` fields
-  are kept in `fields` but not read);
-- Kaldi: a directory of the files `nbest-to-linear` writes, the words mapped back to text
-  (`utils/int2sym.pl -f 2-`): `text` (`utterance-N hypothesis text`, the N-th hypothesis of
-  the utterance), `ac_cost` and `lm_cost` (`utterance-N cost`, negated log-likelihoods);
-  the first-pass score is -(acoustic_scale * ac_cost + lm_cost), and `fields` keeps the two
-  costs.
-A hypothesis may have no words (the first pass heard nothing): log p_LM is then that of
-`<eos>` alone and |h| = 0. References: `utterance-id<TAB>reference text`, one per
-utterance (or Kaldi's `text`, the id and the words separated by a space). The word error
-rate of a set of utterances is the summed word-level edit distance (Levenshtein:
-substitutions, insertions, deletions) of their top hypotheses to their references over the
-summed reference length. With `lm_weight="auto"` the weight is the one of LM_WEIGHTS with
-the lowest word error rate after rescoring on the given references (ties: the smallest),
-i.e. chosen on this input as a development set.
+log p_LM(h): the natural-log probability of h's words and the closing `<eos>` (`evaluate.score`);
+|h|: its number of words. Scores are log domain, higher is better. Input formats (tab-separated,
+Moses, Kaldi), references and word error rates: docs/testtime.md, "n-best rescoring".
 """
 
 import dataclasses

@@ -1,5 +1,4 @@
-"""Output layers: how the last LSTM output h_t and the attention context c_t make the
-features h'_t that the tied softmax reads (logits = h'_t E^T + b).
+"""Output layers: the features h'_t that the tied softmax reads (logits = h'_t E^T + b).
 
 - identity (baseline): h'_t = h_t.
 - tanh (the `proj` control): h'_t = tanh(W_h h_t + b_c), i.e. tanh(W_c [h_t; 0] + b_c).
@@ -8,13 +7,8 @@ features h'_t that the tied softmax reads (logits = h'_t E^T + b).
 - residual_bn (the convolutional-attention LM): h'_t = h_t + beta * fc(bn(c_t)), fc an H->H
   layer and beta a vector (both Xavier-initialised, as the paper recommends).
 
-The batch norm normalises each time step over the batch's valid rows in training (so a
-sentence's own later tokens never enter its statistics) and uses running statistics at
-evaluation, kept per position as in recurrent batch normalization (Cooijmans et al. 2017): the
-context of a sentence's first words and of its later words have very different statistics, and
-one set for all positions would normalise evaluation differently from training. Training reads
-batches of random sentences (`train.check_config`): in a batch bucketed by length, which rows
-are still valid at a step tells a row when its own sentence ends (docs/models.md).
+The batch norm's statistics, per step in training and per position at evaluation, and why
+`conv1x1` trains on batches of random sentences: docs/models.md, "Score functions".
 """
 
 import dataclasses
@@ -108,7 +102,6 @@ HEADS = {
 
 
 def init_stats(num_positions: int, hidden_size: int) -> dict:
-  """Running batch-norm statistics [num_positions, hidden_size] at the start: mean 0,
-  variance 1."""
+  """Initial running batch-norm statistics [num_positions, hidden_size]: mean 0, variance 1."""
   return {"mean": jnp.zeros((num_positions, hidden_size), jnp.float32),
           "var": jnp.ones((num_positions, hidden_size), jnp.float32)}

@@ -1,36 +1,14 @@
 """The attentive LSTM language models: init, apply, and incremental decoding.
 
-A model is an embedding E [V, H] tied to the softmax, a stack of LSTM layers, an optional
+An embedding E [V, H] tied to the softmax, stacked LSTM layers (`lstm.py`), an optional
 attention over a memory of the last layer's past outputs (`scores.py`, `memory.py`) and an
-output layer (`heads.py`):
+output layer (`heads.py`) (Salton et al. 2017; Salton & Kelleher 2018):
 
     x_t = E[w_t];  h_t = LSTM(x_t, ...);  c_t = attend(h_t, [h_0 = 0, h_1 .. h_{t-1}])
     h'_t = head(h_t, c_t);  p(w_{t+1} | w_1..t) = softmax(h'_t E^T + b)
 
-Dropout (Zaremba et al. 2015) is on the non-recurrent connections only: the embeddings, the
-inputs of layers 2.., and the last layer's output; the memory stores h_t before dropout.
-
-Two forms compute the same function:
-- "scan": one `lax.scan` over time whose carry holds every layer's (h, c) and the memory
-  buffer; each step reads the memory, then writes h_t. `step` runs this step one token at a
-  time, for scoring and generation.
-- "parallel": every layer scanned on its own with its input projection hoisted out of the
-  loop as one matmul, then the attention of all steps at once as one masked batched matmul
-  (in blocks of queries for long sequences, `scores.attend_in_blocks`), or for `single` and
-  `average` on sequences of `streaming_min_len` steps or more as a prefix scan of running
-  means (`memory.prefix_means`, O(T H) memory). It applies because these models' context
-  feeds only the output layer, not the recurrence.
-
-In `step` the memory holds each slot's key (`scores.Score.key`, e.g. W_s h_i of `combined`)
-computed once when the slot is written, and for `single` and `average` it is an O(1)
-running mean (`memory.RunningMean`) instead of a buffer.
-
-The models whose context feeds the recurrence (`das`, `lstmn`, `das_lstmn`; `recurrent.py`)
-attend inside the scan step over buffers in the carry (the input embeddings for DAS, the h and
-c tapes for the LSTMN), so they always run the scan form.
-
-POS-tag inputs (Cao & Yu sec. 3.2, `config.pos_tags`): the input is m_t = [w_t; p_t], the
-word embedding and a tag embedding (tags from a left-to-right tagger, `tagger.py`).
+Dropout, the "scan" and "parallel" forms and `step`: docs/models.md, "The LSTM", "Two forms,
+one function" and "Fast paths".
 """
 
 from typing import NamedTuple, Optional
@@ -292,11 +270,9 @@ def apply_window(params: dict, config, tokens: jax.Array, lengths: jax.Array,
   """One window of the stream protocol: logits [B, T, V] of the window's tokens [B, T] given
   the `state` the previous window left (`init_stream_state` before the first).
 
-  Every layer's (h, c) and the memory (the last `config.max_len - 1` states, the ring of
-  `memory.py`; for `das`/`lstmn` the input buffer and the tapes) continue from `state`, so
-  the window's first steps attend to the end of the previous window; gradients stop at the
-  window boundary (truncated backpropagation through time). Equal to `step` over the
-  window's tokens one at a time. `lengths` [B] < T only in a stream's last window.
+  The LSTM states and the memory (for `das`/`lstmn` also the input buffer and the tapes)
+  continue from `state`, the gradient stopped at it (docs/models.md, "The stream protocol").
+  `lengths` [B] < T only in a stream's last window.
 
   Returns:
     (logits, the state after the window, updates as in `apply(mutable=True)`); with
@@ -596,7 +572,7 @@ def init_state(params: dict, config, batch_size: int,
   capacity: memory slots (default `config.max_len`); past it the memory and the LSTMN tapes
   keep the most recent `capacity - 1` states, the DAS input buffer the last `capacity` inputs.
   `single` and `average` keep an O(1) running mean of the whole history instead of a buffer
-  (no window: `capacity` does not bound it), so a step costs the same after any history.
+  (no window: `capacity` does not bound it).
   """
   validate(config)
   score = scores.get(config.score)

@@ -1,19 +1,11 @@
-"""Token losses and perplexities of the sentence-level language models.
+"""Token losses and perplexities of the language models (docs/training.md, "Evaluating").
 
-A row of a batch is one sentence (or, under the document and stream spans, a run of them):
-`targets[b, t]` for `t < lengths[b]` are its predicted tokens (the words, then `<eos>`), the
-rest is padding. From the per-token negative log-likelihoods this module computes
-
-- the training loss: sum of the masked token NLL divided by the number of rows (the papers'
-  "normalised by mini-batch size"), whose gradient is clipped at global norm
-  `config.train.grad_clip` (the papers' 5);
+- training loss: summed masked token NLL / number of rows (the papers' "normalised by
+  mini-batch size");
 - `perplexity = exp(sum NLL / predicted tokens)`, the standard perplexity;
 - `perplexity_paper_convention = exp(sum of NLL without each sentence's first token /
-  predicted tokens)`: the rule of the papers' released code, which never predicted the first
-  word of a sentence (it had no start symbol) but still divided by every token of every
-  sentence. It is lower than the standard perplexity and only serves to set runs against
-  the published tables. A sentence's first token is the one whose input is `<eos>` (the
-  start symbol, or the end of the previous sentence when a row holds several).
+  predicted tokens)`: the papers' released code's rule. A sentence's first token is the one
+  whose input is `<eos>` (the start symbol, or the end of the previous sentence in a row).
 """
 
 import math
@@ -90,9 +82,9 @@ def stream_perplexities(tokens: np.ndarray, log_probs: np.ndarray) -> dict:
 
 def unigram_perplexity(train_tokens: np.ndarray, eval_tokens: np.ndarray,
                        vocab_size: int) -> float:
-  """Perplexity of the add-one-smoothed unigram model of `train_tokens` on `eval_tokens`.
+  """Perplexity on `eval_tokens` of the add-one unigram model of `train_tokens`.
 
-  p(w) = (count(w) + 1) / (N + V): the baseline every language model should beat by far.
+  p(w) = (count(w) + 1) / (N + V).
   """
   counts = np.bincount(train_tokens, minlength=vocab_size).astype(np.float64) + 1.0
   log_probs = np.log(counts / counts.sum())

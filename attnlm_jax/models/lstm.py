@@ -1,21 +1,15 @@
 """A pure functional LSTM over a params pytree, with the four gates as one fused matmul.
 
 Per layer, params are `{"w_x": [D_in, 4H], "w_h": [H, 4H], "b": [4H]}` with the gates in the
-order (input i, forget f, cell g, output o):
+order (input i, forget f, cell g, output o) (Hochreiter & Schmidhuber 1997; Zaremba et al. 2015):
 
     z_t = x_t W_x + h_{t-1} W_h + b
     i, f, g, o = sigmoid(z_i), sigmoid(z_f), tanh(z_g), sigmoid(z_o)
     c_t = f * c_{t-1} + i * g
     h_t = o * tanh(c_t)
 
-(Hochreiter & Schmidhuber 1997; the formulation of Zaremba et al. 2015 that all the papers
-use.) `x_t W_x` does not depend on the recurrence, so callers compute it for every time step
-at once (one large matmul) and the scanned step only does `h_{t-1} W_h`.
-
-`scan_layer` has its backward pass written out (backpropagation through time, as cuDNN and
-PyTorch do it): the reverse scan carries (dL/dh_t, dL/dc_t) and emits dL/dz_t, and the
-weight gradient dL/dW_h = sum_t h_{t-1}^T dL/dz_t is one matmul over all steps after the
-loop, instead of a [H, 4H] product and sum inside every step of it.
+Callers compute `x_t W_x` for every step at once; `scan_layer`'s backward pass is written out
+(docs/models.md, "The LSTM").
 """
 
 import functools

@@ -1,29 +1,9 @@
 """The attention memory: a masked buffer of past states, or its O(1) running-mean summary.
 
-Slot 0 is the zero slot h_0 = 0 (valid when `zero_slot` is on; the released code and the
-averaging paper both have it); slots 1.. hold h_1, h_2, ... in order. At time step t the
-buffer holds [h_0 = 0, h_1 .. h_{t-1}]: the context for step t is read *before* h_t is written
-(write-after-read), so a step never attends to its own state (Salton et al. 2017, sec. 3;
-Salton & Kelleher 2018, eq. 10). Positions past a sentence's length are never marked valid,
-so padding is never attended to. Once the buffer is full, new states overwrite the oldest
-ones (slots 1.. act as a ring): a sliding window over the last `capacity - 1` states.
-
-The stream protocol carries the buffer from one window of the token stream to the next, so a
-window's first steps attend to the end of the previous window. A window computed at once
-(the parallel form) lays the carried slots out oldest first (`chronological`), appends its
-own states, reads through `window_mask` (each step sees the zero slot and the last
-`capacity - 1` states before it, as the ring does) and keeps the last `capacity - 1` states
-(`window_tail`).
-
-The buffer may also hold each slot's *key*, the part of the score that depends on the slot
-alone (`scores.Score.key`), computed once when the slot is written instead of at every read.
-
-`single` and `average` weight the slots by a score that does not depend on the query, so
-their context is a running softmax-weighted mean (`average`: every score 0, a plain mean)
-and needs no buffer: `RunningMean` keeps (max score m, sum_i exp(e_i - m),
-sum_i exp(e_i - m) h_i), the online softmax of Milakov & Gimelshein (2018). The same merge,
-as an associative scan over the slots, gives every step's context of a whole sequence in
-O(T D) memory (`prefix_means`).
+At step t the buffer holds [h_0 = 0, h_1 .. h_{t-1}]: the context is read before h_t is
+written (Salton et al. 2017, sec. 3; Salton & Kelleher 2018, eq. 10); once full, slots 1..
+are a ring. Layout: docs/models.md, "The memory"; windows carried across a stream: "The
+stream protocol"; cached keys and `RunningMean` (online softmax): "Fast paths".
 """
 
 from typing import NamedTuple, Optional

@@ -26,12 +26,7 @@ def einsum(subscripts: str, *operands: jax.Array, **kwargs) -> jax.Array:
 def dot(x: jax.Array, w: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
   """`x @ w` (x [..., D], w [D, N]) with inputs cast to `compute_dtype`, float32 accumulation
   and result, in both passes: the backward matmuls dx = g w^T and dw = x^T g (summed over x's
-  leading axes) take `compute_dtype` inputs too.
-
-  With `compute_dtype=bfloat16` every matmul of training runs at bfloat16 speed (TPUs, and CPUs
-  with AMX) while parameters, gradients, accumulation and everything downstream stay in
-  float32. (Left to autodiff, the backward matmuls would take a float32 cotangent and run in
-  float32.)
+  leading axes) take `compute_dtype` inputs too (docs/models.md, "Compute dtype").
   """
   return _dot(x, w, compute_dtype, "dn")
 
@@ -95,9 +90,8 @@ def dropout_mask(rng: jax.Array, rate: float, shape: Sequence[int]) -> jax.Array
   """Inverted-dropout multiplier: 0 with probability `rate`, else 1 / (1 - rate).
 
   An element keeps when its random unsigned integer of `dropout_bytes(rate)` bytes is at
-  least rate * 256**bytes. One 32-bit random word gives four such bytes, so at rate 0.5 a
-  mask draws a quarter of the random words of `jax.random.bernoulli`, one per element
-  (`python -m benchmarks.dropout` times both)."""
+  least rate * 256**bytes (why: benchmarks/README.md, "Dropout masks").
+  """
   size, width = math.prod(shape), dropout_bytes(rate)
   words = jax.random.bits(rng, (-(-size * width // 4),), jnp.uint32)
   values = jax.lax.bitcast_convert_type(words, UNSIGNED_OF_BYTES[width]).reshape(-1)

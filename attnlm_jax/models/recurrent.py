@@ -9,21 +9,14 @@ DAS LM (Cao & Yu, "Deep Attentive Structured Language Model based on LSTM", eqs.
     e_i = v . tanh(W_w w_i + W_h h_{t-1} + b_att) + b_v        i = 1..t (current input too)
     a = softmax(e);  w'_t = sum_i a_i w_i;  LSTM input [w_t; w'_t]
 
-The buffer holds the input embeddings w_1..w_t as the LSTM reads them (after the embedding
-dropout in training), written before the read, so the current input is included (no zero
-slot). b_v is left out: softmax(e + b_v) = softmax(e), so it changes no
-output and would receive no gradient. With POS inputs (sec. 3.2) each input stream (words,
-tags) has its own attention over its own part of the buffer, m'_t = [w'_t; p'_t].
-
 LSTMN (Cheng, Dong & Lapata 2016, as written in Cao & Yu eqs. 1-4):
 
     e_i = v . tanh(W_h h_i + W_x x_t + W_~h ~h_{t-1})         over the tape [h_0 = 0, h_1 ..]
     a = softmax(e);  ~h_t = sum_i a_i h_i;  ~c_t = sum_i a_i c_i
     (h_t, c_t) = LSTM(x_t, (~h_t, ~c_t))
 
-The tapes hold the first LSTM layer's states (the DAS paper's models have one layer; deeper
-layers keep their ordinary recurrence). In DAS-LSTMN (sec. 3.3) x_t is the whole LSTM input
-m_t = [w_t; w'_t].
+b_v is left out (softmax(e + b_v) = softmax(e)); the tapes hold the first LSTM layer's states.
+The buffers, POS inputs and DAS-LSTMN: docs/models.md, "The DAS LM and the LSTMN".
 """
 
 from typing import NamedTuple

@@ -1,22 +1,12 @@
 """Attention score functions over the memory buffer: a registry of pure functions.
 
-Every function has the signature
+Each one, for the scan (T = 1 per step) and the parallel form (all T at once):
 
     attend(params, query [B, T, H], memory [B, L, H], mask [B, T, L], compute_dtype,
            keys=None) -> (context [B, T, H], weights [B, T, L])
 
-where `mask[b, t, i]` says slot i of the memory is visible to query t (see `memory.py`).
-The same function serves the scan (T = 1 per step) and the parallel form (all T at once).
-`keys` are the slots' keys (`Score.key`: the part of the score that depends on the slot
-alone) when the caller has them cached, e.g. in the memory of the step-by-step forms.
-
-Adding a score takes one function, one `SCORE_FUNCTIONS` entry (the function, its parameter
-shapes and the output layer it feeds, see `heads.py`) and one config value
-(`config.model.score`).
-
-A second kind of entry names attention that feeds the recurrence instead of the output layer
-(`Score.recurrence`, computed inside the LSTM step by `recurrent.py`): the DAS LM's attention
-over the input history and the LSTMN's attention over its hidden and cell tapes.
+`mask[b, t, i]`: slot i is visible to query t; `keys`: the slots' cached `Score.key`. The
+scores, their papers and how to add one: docs/models.md, "Score functions".
 """
 
 import dataclasses
@@ -38,8 +28,7 @@ def single_key(params: dict, memory, compute_dtype=jnp.float32):
 def single(params: dict, query, memory, mask, compute_dtype=jnp.float32, keys=None):
   """Salton et al. (2017) eq. 9: e_i = v . tanh(W_s h_i), a = softmax(e), c_t = sum a_i h_i.
 
-  The score does not depend on the query, only on the slots (no biases in the score), so
-  it is computed once per slot (`keys`: the slots' scores from `single_key`, if cached).
+  keys: the slots' scores (`single_key`), if cached; the score does not depend on the query.
   """
   del query
   scores = single_key(params, memory, compute_dtype) if keys is None else keys
@@ -94,12 +83,11 @@ def _weighted_sum(weights: jax.Array, memory: jax.Array) -> jax.Array:
 
 def attend_in_blocks(score: "Score", params: dict, query, memory, mask,
                      compute_dtype=jnp.float32, max_elements: int = 2**26):
-  """`score.attend` of every query [B, T, H] at once, in blocks of queries when needed.
+  """`score.attend` of every query [B, T, H] at once, the slots' keys computed once.
 
-  The slots' keys are computed once; the queries then go through `score.attend` in blocks of
-  Q steps (`lax.map`, each block rematerialised in the backward pass) with
-  Q = max(1, max_elements // (B L H)), so the `combined` [B, Q, L, H] tensor stays under
-  `max_elements` elements for any sequence length. One block when T <= Q.
+  The queries go in blocks of Q = max(1, max_elements // (B L H)) steps (`lax.map`, each
+  rematerialised), so the `combined` [B, Q, L, H] tensor stays under `max_elements` elements
+  (docs/models.md, "Fast paths").
   """
   keys = None if score.key is None else score.key(params, memory, compute_dtype)
   batch_size, num_steps, hidden = query.shape
@@ -141,10 +129,8 @@ class Score:
   streaming: the context is a softmax-weighted mean of the slots with query-independent
     scores (`key`, or all 0 without one): an O(1) running mean can replace the buffer
     (`memory.RunningMean`).
-  inert: parameters that training cannot move: a batch norm over the batch cancels them, so
-    their training gradient is zero but for rounding. With the running statistics of
-    evaluation they act again, each with the gain 1 / sqrt(running variance), so dynamic
-    evaluation leaves them as trained (`dynamic_eval`).
+  inert: parameters that training cannot move (a batch norm over the batch cancels them) but
+    that act at evaluation; dynamic evaluation leaves them as trained (docs/testtime.md).
   """
   attend: Optional[Callable]
   params: dict

@@ -1,22 +1,14 @@
 """The neural cache (Grave, Joulin & Usunier 2017) over any trained model.
 
 The cache holds the last `size` pairs (h_i, x_{i+1}) of the split read so far: the last LSTM
-layer's output h_i (`models.apply(return_hidden=True)`; for the attentive models h_i, not
-their output layer's h'_i, unless `states="head"` asks for h'_i) and the word that followed
+layer's output h_i (the output layer's h'_i with `states="head"`) and the word that followed
 it. At step t (eqs. 2-4 of the paper)
 
     p_cache(w | h_t) ∝ Σ_{i in the cache, x_{i+1} = w} exp(theta h_t · h_i)
     p(w | h_t) = (1 - lambda) p_model(w | h_t) + lambda p_cache(w | h_t).
 
-A split is one stream in corpus order: the cache reaches across sentences (and, under the
-stream protocol, across windows and rows), while the model's own state is what evaluation
-gives it (each sentence from the zero state; carried windows under the stream protocol).
-The hidden states of a split are computed in the batches of evaluation; the cache then runs
-as a blocked causal computation over the flattened stream: each block of queries is one
-matmul against the `size` keys before the block and the block's own, masked to the `size`
-steps before each query. theta and lambda are chosen on the validation split by a grid
-search (`grid_search`: the grid, extended past an edge its best point lies on; every point's
-perplexity is returned) and applied unchanged to the split evaluated.
+The split as one stream, the blocked computation and the grid of theta and lambda:
+docs/testtime.md, "The neural cache".
 """
 
 import functools

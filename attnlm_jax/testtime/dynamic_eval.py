@@ -2,29 +2,18 @@
 
 A split is read in order, in windows s_1, s_2, ...; each window is scored with the current
 parameters, then one gradient step on its loss L(s_i) (the mean NLL of its tokens) adapts
-them, so window i is predicted by a model adapted to s_1 .. s_{i-1} and never to s_i itself
-(strictly causal). The windows are `window` consecutive rows of evaluation (sentences, or
-document spans with config.data.span "document"; each row from the zero state as in
-evaluation) or, under the stream protocol, the split as one stream (batch 1, as Krause et
-al. read it) in windows of `config.data.max_len` tokens with the state carried. Dropout is
-off. The two update rules (theta_0: the trained parameters):
+them. The two update rules (theta_0: the trained parameters):
 
 - "sgd" (sec. 4): theta <- theta - eta grad L(s_i) + lambda (theta_0 - theta);
 - "rms" (sec. 5, the RMS-normalised rule): with MS_g the mean squared gradient of each
-  parameter over the batches of the training split (`gradient_rms`; every batch, as the
-  authors' code does by default),
+  parameter over the batches of the training split (`gradient_rms`),
       theta <- theta - eta grad L(s_i) / (sqrt(MS_g) + epsilon)
                + min(lambda RMS_norm, 1) (theta_0 - theta),
-  RMS_norm = sqrt(MS_g) / mean(sqrt(MS_g)), where the mean is over the parameter arrays of
-  each array's mean (as in the authors' code), and the decay rate is clipped at 1 (their
-  code clips RMS_norm at 1 / lambda) so that it never overshoots theta_0.
+  RMS_norm = sqrt(MS_g) / mean(sqrt(MS_g)), the mean over the parameter arrays of each
+  array's mean (as in the authors' code).
 
-The learning rate eta and the decay lambda are chosen on the validation split by a grid
-search (`GRIDS`, extended past an edge its best point lies on by `grid_search`, and below
-its smallest learning rate where every point diverged; every point's perplexity is
-returned) and applied unchanged to the split evaluated. Both rules
-are one function, `update`: SGD is the RMS rule with sqrt(MS_g) + epsilon = 1 and
-RMS_norm = 1.
+Both rules are one function, `update`. The windows, the clipping at 1, the grid search and
+divergence: docs/testtime.md, "Dynamic evaluation".
 """
 
 import dataclasses
@@ -209,13 +198,9 @@ class DynamicEvaluator:
     order: each window scored, then (with a `rule`) one step on it; without a rule the
     trained parameters throughout (the static model over the same windows).
 
-    A pass ends early, its later tokens NaN, at the first check (every
-    DIVERGENCE_CHECK_EVERY windows) that finds it sure to diverge: a log-probability not
-    finite, or an NLL so far (log-probabilities are never positive, so it only grows) above
-    DIVERGED_MEAN_NLL nats per token of the whole stream. Its perplexity is infinite either
-    way (`perplexities`). Its log line also names the first check whose windows scored worse
-    than a uniform guess over the vocabulary (a mean NLL above log V): where the adapted
-    model broke, often well before the pass is sure to diverge."""
+    A pass sure to diverge (checked every DIVERGENCE_CHECK_EVERY windows: a log-probability
+    not finite, or an NLL so far above DIVERGED_MEAN_NLL nats per token of the whole stream)
+    ends early, its later tokens NaN (docs/testtime.md, "Dynamic evaluation")."""
     params = jax.tree.map(jnp.asarray, self.model.params)
     anchor = models.trainable(params)
     carry = self._initial_carry(1)

@@ -1,21 +1,9 @@
-"""The grid search of the test-time methods: a grid, extended past an edge its best point
-lies on.
+"""Grid search for the test-time methods, extended past the edges its best point lies on.
 
-`search(score, axes)` evaluates `score` at every point of the product of `axes` (the first
-axis slowest) and takes the point of lowest perplexity (every token predicted). While that
-point lies on an edge of an axis (its largest value, or its smallest when above zero: no
-decay, no cache weight and theta 0 are bounds, not edges), the best point may lie beyond
-the grid, so the search evaluates one point more: the best point with that axis one step
-past the edge. The step continues the axis's last two values geometrically
-(1e-4, 3e-4 -> 3.3e-5; 0.7, 1 -> 1.4) or, from a neighbour 0, arithmetically (0, 0.1 -> 0.2),
-rounded to two significant digits and held at the axis's upper bound (`UPPER`). A new
-point that is no better than the best ends the walk on that side (the best is then inside
-the grid); at most `extensions` steps are taken past each edge.
-
-Where every point diverged (an infinite perplexity) there is no best point to walk from. A
-search given a `retreat` (an axis and a side, e.g. the smallest learning rate) then steps
-that axis past that edge at every value of the other axes, at most `extensions` times, until
-a point holds; from there it goes on as above.
+`search(score, axes)` evaluates every point of the product of `axes` (the first axis slowest);
+while the best point (lowest perplexity) lies on an edge, it evaluates one step past it, and
+where every point diverged it first steps past the `retreat` edge. The rules:
+docs/testtime.md, "Past the edges of a grid".
 """
 
 import itertools
@@ -60,7 +48,7 @@ def search(score: Callable[[dict], dict], axes: Mapping[str, Sequence[float]],
            extensions: int = EXTENSIONS,
            retreat: tuple[str, int] | None = None) -> list[dict]:
   """Evaluates the grid `axes` ({axis: values}) and extends it past the edges its best point
-  lies on (module docstring).
+  lies on (docs/testtime.md, "Past the edges of a grid").
 
   Args:
     score: score(point) -> a dict with "perplexity" (inf for a pass that diverged).
