@@ -23,6 +23,7 @@ CONV1X1 = "Convolutional attention LM"
 RELEASED_CODE_RULE = "released code's rule (first word not predicted)"
 STANDARD_RULE = "standard (every token predicted)"
 NOT_STATED = "not stated"
+TOLERANCE = 2.0   # Percent of a printed number within which a run reproduces it.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +109,21 @@ def paper_differences(run: dict, paper: PaperResult) -> dict:
         "run": value, "printed": printed, "difference": value - printed,
         "percent": 100.0 * (value - printed) / printed}
   return result
+
+
+def verdict(percents: Sequence[float]) -> str:
+  """The verdict on a printed number from the finished seeds' differences to it (percent of
+  it, under its rule): "reproduces" (every seed within TOLERANCE percent), "misses" (every seed
+  higher by more), "beats" (every seed lower by more), "seeds disagree"; with one seed, what
+  it shows and that it is one ("higher, 1 seed")."""
+  if not percents:
+    return "-"
+  sides = {0 if abs(p) <= TOLERANCE else (1 if p > 0 else -1) for p in percents}
+  if len(percents) == 1:
+    return {0: f"within {TOLERANCE:g}%", 1: "higher", -1: "lower"}[sides.pop()] + ", 1 seed"
+  if len(sides) > 1:
+    return f"seeds disagree ({len(percents)} seeds)"
+  return {0: "reproduces", 1: "misses", -1: "beats"}[sides.pop()] + f" ({len(percents)} seeds)"
 
 
 def comparison_table(workdirs: Sequence) -> list[dict]:

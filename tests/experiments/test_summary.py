@@ -6,6 +6,8 @@ import shutil
 
 import pytest
 
+from attnlm_jax.experiments import findings
+from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import summary
 import tiny_config
 
@@ -39,7 +41,7 @@ def test_the_readme_results_table_has_a_line_for_every_committed_table_row():
     ([], "-"),
 ])
 def test_a_verdict_needs_every_seed_on_one_side_of_the_tolerance(percents, expected):
-  assert summary.verdict(percents) == expected
+  assert printed.verdict(percents) == expected
 
 
 def _table(rows):
@@ -47,7 +49,7 @@ def _table(rows):
 
 
 def _row(name, status, percent=None, test=90.0):
-  paper = {"test": 70.0, "convention": summary.printed.RELEASED_CODE_RULE}
+  paper = {"test": 70.0, "convention": printed.RELEASED_CODE_RULE}
   differences = {"test": {"difference": percent * 0.7, "percent": percent}} if percent else None
   return {"name": name, "status": status, "test_perplexity": test,
           "test_perplexity_paper_convention": test - 20, "paper": paper,
@@ -85,3 +87,23 @@ def test_the_command_rewrites_a_stale_table_and_check_names_it(tmp_path, monkeyp
   assert summary.main(["summary"]) == 0
   assert summary.main(["summary", "--check"]) == 0
   assert "stale" not in readme.read_text()
+
+
+def test_the_findings_set_each_printed_row_beside_every_column_with_its_seeds():
+  rows = [_row("single", "finished", 5.0, test=94.0), _row("single_seed1", "finished", 3.0),
+          _row("released", "finished", 1.0, test=80.0),
+          _row("released_attention", "running: epoch 3 of 23"),
+          _row("none", "finished", None, test=87.0), _row("none_seed1", "not started")]
+  for row, released_rule in zip(rows, (73.5, 72.1, 70.7, None, 68.3, None)):
+    row["test_perplexity_paper_convention"] = released_rule
+  table = findings.findings_table({"table": "salton_ptb", "rows": rows})
+  single = next(line for line in table.splitlines() if line.startswith("| `single`"))
+  cells = [cell.strip() for cell in single.strip("|").split("|")]
+  assert cells[1] == "70.1"                                  # the printed test number
+  assert cells[2] == "73.5, 72.1 / 94.0, 90.0"               # both seeds, both rules
+  assert cells[3] == "70.7 / 80.0" and cells[4] == "running: epoch 3 of 23"
+  assert cells[5] == "68.3 / 87.0"
+  assert "paper's recipe here: misses (2 seeds)" in cells[6]
+  assert "released network here: within 2%, 1 seed" in cells[6]
+  combined = next(line for line in table.splitlines() if line.startswith("| `combined`"))
+  assert "| - |" in combined          # no released_attention row for the combined score
