@@ -93,7 +93,7 @@ class LaunchSpec:
   sdist: str = ""
   remote_dir: str = "attnlm_jax"
   python_version: str = "3.12"
-  jax_spec: str = "jax[tpu]>=0.10.2,<0.11"
+  jax_spec: str = "jax[tpu]>=0.10.2,<0.12"
   fetch_dir: str = "workdirs"
   log_worker: str = "0"
   steps: tuple[str, ...] = STEPS
@@ -432,7 +432,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string("remote_dir", "attnlm_jax", "Project directory in each worker's home; "
                       "the install step recreates it.", **define)
   flags.DEFINE_string("python_version", "3.12", "Python of the workers' virtualenv.", **define)
-  flags.DEFINE_string("jax_spec", "jax[tpu]>=0.10.2,<0.11", "pip requirement for JAX on TPU.",
+  flags.DEFINE_string("jax_spec", "jax[tpu]>=0.10.2,<0.12", "pip requirement for JAX on TPU.",
                       **define)
   flags.DEFINE_string("fetch_dir", "workdirs", "Local directory the workdir is copied into.",
                       **define)

@@ -1,11 +1,12 @@
-"""The results tables of the README and of each table's page, written from the committed
-results files (`docs/results/<table>/results.json` and `testtime.json`, the newest epoch
-benchmark in `benchmarks/results/`), so that every figure there is a file's value.
+"""The results tables of the README, of each table's page and of the salton_ptb findings
+(`findings.py`), written from the committed results files (`docs/results/<table>/results.json`
+and `testtime.json`, the newest benchmarks in `benchmarks/results/`), so that every figure
+there is a file's value.
 
     python -m attnlm_jax.experiments.summary          # rewrites the tables in place
     python -m attnlm_jax.experiments.summary --check  # exit status 1 when one is out of date
 
-A table sits between `<!-- BEGIN name -->` and `<!-- END name -->` lines (`BLOCKS`).
+A table sits between `<!-- BEGIN name -->` and `<!-- END name -->` lines (`blocks`).
 """
 
 import pathlib
@@ -14,6 +15,7 @@ import sys
 from typing import Optional, Sequence
 
 from attnlm_jax.common import json_io
+from attnlm_jax.experiments import findings
 from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
@@ -22,7 +24,6 @@ from attnlm_jax.experiments import tables
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 RESULTS_DIR = "docs/results"
 BENCHMARKS_DIR = "benchmarks/results"
-TOLERANCE = 2.0   # Percent of a printed number within which a run reproduces it.
 SEED_SUFFIX = re.compile(r"_seed\d+$")
 TESTTIME_METHODS = (("cache", "cache"), ("dynamic_sgd", "dynamic SGD"),
                     ("dynamic_rms", "dynamic RMS"))
@@ -31,21 +32,6 @@ TESTTIME_METHODS = (("cache", "cache"), ("dynamic_sgd", "dynamic SGD"),
 def base_row(name: str) -> str:
   """The row a seed row repeats ("single_seed1" -> "single"); a row's own name otherwise."""
   return SEED_SUFFIX.sub("", name)
-
-
-def verdict(percents: Sequence[float]) -> str:
-  """The verdict on a printed number from the finished seeds' differences to it (percent of
-  it, under its rule): "reproduces" (every seed within TOLERANCE), "misses" (every seed
-  higher by more), "beats" (every seed lower by more), "seeds disagree"; with one seed, what
-  it shows and that it is one ("higher, 1 seed")."""
-  if not percents:
-    return "-"
-  sides = {0 if abs(p) <= TOLERANCE else (1 if p > 0 else -1) for p in percents}
-  if len(percents) == 1:
-    return {0: "within 2%", 1: "higher", -1: "lower"}[sides.pop()] + ", 1 seed"
-  if len(sides) > 1:
-    return f"seeds disagree ({len(percents)} seeds)"
-  return {0: "reproduces", 1: "misses", -1: "beats"}[sides.pop()] + f" ({len(percents)} seeds)"
 
 
 def _order(path: pathlib.Path) -> tuple[int, str]:
@@ -88,7 +74,7 @@ def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[s
     if row["status"] != row_status.FINISHED:
       judged = row["status"]
     elif paper:
-      judged = verdict(seeds.get(base_row(row["name"]), []))
+      judged = printed.verdict(seeds.get(base_row(row["name"]), []))
     else:
       judged = "no printed row"
     name = (f"[{row['name']}]({link}/{row['name']}/)" if (committed / row["name"]).is_dir()
@@ -141,24 +127,35 @@ def testtime_table(repository: pathlib.Path) -> str:
                                  lines)
 
 
-def newest_epoch_benchmark(repository: pathlib.Path) -> pathlib.Path:
-  """The epoch benchmark's newest results file (its name starts with its date)."""
-  return sorted((repository / BENCHMARKS_DIR).glob("*_epoch*.jsonl"))[-1]
+def newest_benchmark(repository: pathlib.Path, pattern: str) -> pathlib.Path:
+  """The newest results file matching `pattern` (each file's name starts with its date)."""
+  return sorted((repository / BENCHMARKS_DIR).glob(pattern))[-1]
+
+
+def _records(path: pathlib.Path) -> list[dict]:
+  return [json_io.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def performance_table(repository: pathlib.Path) -> str:
-  """Training tokens per second of the project's loop and of its PyTorch peer, from the
-  newest epoch benchmark (the lines that timed both)."""
-  path = newest_epoch_benchmark(repository)
-  records = [json_io.loads(line) for line in path.read_text().splitlines() if line.strip()]
-  lines = [[f"`{r['command'].split('benchmarks.epoch ')[-1]}`", r["cpu"],
-            f"{r['tokens_per_s']['jax']:,.1f}", f"{r['tokens_per_s']['torch']:,.1f}",
-            f"{r['ratio_jax_over_torch']['tokens_per_s']:.3f}"]
-           for r in records if "torch" in r.get("tokens_per_s", {})]
-  table = markdown.markdown_table(("arguments", "CPU", "JAX tokens/s", "PyTorch tokens/s",
+  """Training tokens per second of the project against PyTorch: each side in its own process
+  as its users run it (the newest processes benchmark: `python -m attnlm_jax.main` against
+  pytorch/examples' main.py), then both loops in one process (the newest epoch benchmark)."""
+  processes = newest_benchmark(repository, "*_processes.jsonl")
+  epochs = newest_benchmark(repository, "*_epoch*.jsonl")
+  lines = [[f"own processes: `{r['pair']}`", r["cpu"], f"{r['tokens_per_s']['attnlm']:,.1f}",
+            f"{r['tokens_per_s']['examples']:,.1f}", f"{r['ratio_attnlm_over_examples']:.3f}"]
+           for r in _records(processes)]
+  lines += [[f"one process: `{r['command'].split('benchmarks.epoch ')[-1]}`", r["cpu"],
+             f"{r['tokens_per_s']['jax']:,.1f}", f"{r['tokens_per_s']['torch']:,.1f}",
+             f"{r['ratio_jax_over_torch']['tokens_per_s']:.3f}"]
+            for r in _records(epochs) if "torch" in r.get("tokens_per_s", {})]
+  table = markdown.markdown_table(("measurement", "CPU", "JAX tokens/s", "PyTorch tokens/s",
                                    "JAX / PyTorch"), lines)
-  relative = path.relative_to(repository)
-  return f"{table}\n\nFrom [{relative}]({relative}): `python -m benchmarks.epoch ARGUMENTS`."
+  sources = [f"[{path.relative_to(repository)}]({path.relative_to(repository)})"
+             for path in (processes, epochs)]
+  return (f"{table}\n\nFrom {sources[0]} (`python -m benchmarks.processes "
+          f"--examples=CHECKOUT --pairs=PAIR`) and {sources[1]} (`python -m benchmarks.epoch "
+          f"ARGUMENTS`).")
 
 
 def blocks(repository: pathlib.Path) -> dict[pathlib.Path, dict[str, str]]:
@@ -171,6 +168,9 @@ def blocks(repository: pathlib.Path) -> dict[pathlib.Path, dict[str, str]]:
     page = repository / RESULTS_DIR / table["table"] / "README.md"
     if page.exists():
       pages[page] = {"results_table": results_table(repository, only=table["table"])}
+    page = repository / RESULTS_DIR / table["table"] / findings.PAGE
+    if table["table"] == findings.TABLE and page.exists():
+      pages[page] = {"findings_table": findings.findings_table(table)}
   return pages
 
 

@@ -12,7 +12,6 @@ import sys
 import threading
 
 import jax
-from jax._src import dispatch as jax_dispatch
 import numpy as np
 import pytest
 
@@ -205,6 +204,11 @@ def test_a_new_train_step_of_the_same_model_reuses_the_compiled_step():
   assert steps.TrainStep(other)._gradients is not first._gradients
 
 
+# jax.monitoring's event for each program XLA compiles (jax._src.dispatch's name, public
+# through the listener only; the same string in jax 0.10 and 0.11).
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
 @contextlib.contextmanager
 def _compiled_programs():
   """The names of the programs XLA compiles (or reads from the persistent cache) inside the
@@ -213,7 +217,7 @@ def _compiled_programs():
 
   def listen(event, duration, fun_name="", **unused):
     del duration, unused
-    if event == jax_dispatch.BACKEND_COMPILE_EVENT:
+    if event == BACKEND_COMPILE_EVENT:
       names.append(fun_name)
 
   jax.monitoring.register_event_duration_secs_listener(listen)
