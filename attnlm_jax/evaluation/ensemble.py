@@ -115,14 +115,16 @@ def interpolate(workdirs: Sequence, split: str, weights: Optional[Sequence] = No
   if weights is None:
     fitted_on = FIT_SPLIT
     weights = fit_weights(log_probs if split == FIT_SPLIT else scored(FIT_SPLIT)[1])
+  released_count = members[0].released_count(split)
   return {
       "split": split,
       "members": [{"workdir": str(epath.Path(workdir)), "step": member.step,
-                   **losses.stream_perplexities(tokens, member_log_probs)}
+                   **losses.stream_perplexities(tokens, member_log_probs, released_count)}
                   for workdir, member, member_log_probs in zip(workdirs, members, log_probs)],
       "weights": [float(w) for w in weights],
       "weights_fitted_on": fitted_on,
-      **losses.stream_perplexities(tokens, mixture_log_probs(log_probs, weights)),
+      **losses.stream_perplexities(tokens, mixture_log_probs(log_probs, weights),
+                                   released_count),
       "tokens": int(len(tokens)),
       "sentences": int(np.sum(tokens == vocab_lib.EOS_ID)),
   }

@@ -41,6 +41,10 @@ class TrainedModel:
     """The model's corpus in its vocabulary (with its tagger's tags for POS-tag inputs)."""
     return data_lib.load(self.config.data, self.vocab, tagging.corpus_tags(self.config.data))
 
+  def released_count(self, split: str) -> int:
+    """What the released code divides `split`'s perplexity by (`LMData.released_count`)."""
+    return data_lib.load(self.config.data, self.vocab).released_count(split)
+
   def check_every_token(self, method: str) -> None:
     """UserError unless the model predicts every token from a start symbol, as `method`
     (scoring, the cache, dynamic evaluation) needs: one trained without

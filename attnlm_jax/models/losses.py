@@ -59,25 +59,26 @@ def loss(logits: jax.Array, targets: jax.Array, lengths: jax.Array) -> jax.Array
   return jnp.where(mask, -token_log_probs(logits, targets), 0.0).sum() / targets.shape[0]
 
 
-def perplexities(sums: Mapping[str, float], unpredicted: float = 0) -> dict:
+def perplexities(sums: Mapping[str, float], released_count: float | None = None) -> dict:
   """Both perplexities from summed `nll_sums` statistics (host floats): exp(nll / tokens),
-  and the released code's rule, exp(nll_after_first / (tokens + unpredicted)), where
-  `unpredicted` counts first words that rows read without predicting them (rows without a
-  start symbol, `data.start_symbol=False`: one a sentence) and the released code counts."""
+  and the released code's rule, exp(nll_after_first / released_count): a sentence's first
+  word is not predicted, and the denominator counts every token of the split as the released
+  code splits it into rows (`LMData.released_count`; `tokens` when None)."""
   tokens = float(sums["tokens"])
+  denominator = tokens if released_count is None else float(released_count)
   return {
       "perplexity": math.exp(float(sums["nll"]) / tokens),
-      "perplexity_paper_convention": math.exp(float(sums["nll_after_first"])
-                                              / (tokens + unpredicted)),
+      "perplexity_paper_convention": math.exp(float(sums["nll_after_first"]) / denominator),
   }
 
 
-def stream_perplexities(tokens: np.ndarray, log_probs: np.ndarray) -> dict:
+def stream_perplexities(tokens: np.ndarray, log_probs: np.ndarray,
+                        released_count: float | None = None) -> dict:
   """Both perplexities (`perplexities`) of a split's token stream [N] from the
   log-probs [N] of its tokens; a sentence's first token is the one after an EOS_ID."""
   first = np.concatenate([[True], tokens[:-1] == EOS_ID])
   return perplexities({"nll": -log_probs.sum(), "nll_after_first": -log_probs[~first].sum(),
-                       "tokens": len(tokens)})
+                       "tokens": len(tokens)}, released_count)
 
 
 def unigram_perplexity(train_tokens: np.ndarray, eval_tokens: np.ndarray,

@@ -185,9 +185,11 @@ def check(size: int, theta: Optional[float], lam: Optional[float],
 
 def grid_search(tokens: np.ndarray, model_log_probs: np.ndarray, hidden: np.ndarray,
                 size: int, thetas=THETAS, lambdas=LAMBDAS,
-                extensions: int = grid_search_lib.EXTENSIONS) -> list[dict]:
+                extensions: int = grid_search_lib.EXTENSIONS,
+                released_count: int | None = None) -> list[dict]:
   """Both perplexities of the cache at every (theta, lambda) of the grid, on one split,
-  extended past the edges its best point lies on (`grid_search.search`).
+  extended past the edges its best point lies on (`grid_search.search`); `released_count`
+  as `losses.stream_perplexities`'s.
 
   Returns:
     [{"theta", "lambda", "perplexity", "perplexity_paper_convention"}], theta-major, then
@@ -201,7 +203,7 @@ def grid_search(tokens: np.ndarray, model_log_probs: np.ndarray, hidden: np.ndar
       cached[theta] = cache_log_probs(hidden, tokens, size, theta)
     log_probs, filled = cached[theta]
     return losses.stream_perplexities(tokens, mix(model_log_probs, log_probs, filled,
-                                             point["lambda"]))
+                                                  point["lambda"]), released_count)
 
   return grid_search_lib.search(score, {"theta": thetas, "lambda": lambdas}, extensions)
 
@@ -240,17 +242,19 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,
     fit = (tokens, model_log_probs, hidden) if split == FIT_SPLIT else split_states(
         model, FIT_SPLIT, states)
     grid = grid_search(*fit, size, THETAS if theta is None else (theta,),
-                       LAMBDAS if lam is None else (lam,), extensions)
+                       LAMBDAS if lam is None else (lam,), extensions,
+                       model.released_count(FIT_SPLIT))
     best = min(grid, key=lambda point: point["perplexity"])
     theta, lam = best["theta"], best["lambda"]
   log_probs, filled = cache_log_probs(hidden, tokens, size, theta)
-  model_result = losses.stream_perplexities(tokens, model_log_probs)
+  released_count = model.released_count(split)
+  model_result = losses.stream_perplexities(tokens, model_log_probs, released_count)
   return {
       "split": split, "step": model.step, "method": "cache", "cache_size": size,
       "cache_states": states,
       "cache_theta": float(theta), "cache_lambda": float(lam), "fitted_on": fitted_on,
-      "grid": grid, **losses.stream_perplexities(tokens, mix(model_log_probs, log_probs, filled,
-                                                         lam)),
+      "grid": grid, **losses.stream_perplexities(
+          tokens, mix(model_log_probs, log_probs, filled, lam), released_count),
       **{f"model_{key}": value for key, value in model_result.items()},
       "tokens": int(len(tokens)), "sentences": int(np.sum(tokens == vocab_lib.EOS_ID)),
   }

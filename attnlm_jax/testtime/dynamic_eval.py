@@ -288,11 +288,12 @@ class DynamicEvaluator:
                 jax.tree.map(lambda r: (r / mean).astype(np.float32), rms))
 
 
-def perplexities(tokens: np.ndarray, log_probs: np.ndarray) -> dict:
+def perplexities(tokens: np.ndarray, log_probs: np.ndarray,
+                 released_count: int | None = None) -> dict:
   """`losses.stream_perplexities`, both infinite for a pass that diverged (a log-prob that is not
   finite, or too low for a float)."""
   if np.all(np.isfinite(log_probs)) and -log_probs.mean() < DIVERGED_MEAN_NLL:
-    return losses.stream_perplexities(tokens, log_probs)
+    return losses.stream_perplexities(tokens, log_probs, released_count)
   return {"perplexity": float("inf"), "perplexity_paper_convention": float("inf")}
 
 
@@ -358,7 +359,8 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
     if key not in passes:
       log_probs = evaluator.split_log_probs(split_name, rule() if dynamic else None, rate,
                                             decay_rate)
-      passes[key] = perplexities(evaluator.data.split(split_name).tokens, log_probs)
+      passes[key] = perplexities(evaluator.data.split(split_name).tokens, log_probs,
+                                 evaluator.data.released_count(split_name))
       logging.info("%s: perplexity %.2f", key, passes[key]["perplexity"])
     return passes[key]
 

@@ -382,6 +382,5 @@ class Evaluator:
     for batch_sums in sums:
       for key in totals:
         totals[key] += float(parallel.first_replica(batch_sums[key]))
-    unpredicted = 0 if data.is_stream or data.start_symbol else totals["sentences"]
-    return {**losses.perplexities(totals, unpredicted), "nll": totals["nll"],
+    return {**losses.perplexities(totals, data.released_count(split)), "nll": totals["nll"],
             "tokens": int(totals["tokens"]), "sentences": int(totals["sentences"])}

@@ -166,7 +166,7 @@ def test_without_a_start_symbol_a_row_reads_its_first_word_and_predicts_the_rest
 def test_without_a_start_symbol_the_released_rule_counts_the_unread_first_words():
   """exp(nll / (predicted + sentences)): the released code's denominator, by hand."""
   sums = {"nll": 30.0, "nll_after_first": 30.0, "tokens": 10.0, "sentences": 2.0}
-  result = losses.perplexities(sums, unpredicted=2.0)
+  result = losses.perplexities(sums, released_count=12.0)
   assert result["perplexity"] == pytest.approx(np.exp(3.0))
   assert result["perplexity_paper_convention"] == pytest.approx(np.exp(30.0 / 12.0))
   data = _data(data__start_symbol=False)
