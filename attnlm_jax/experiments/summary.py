@@ -75,6 +75,8 @@ def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[s
       judged = row["status"]
     elif paper:
       judged = printed.verdict(seeds.get(base_row(row["name"]), []))
+    elif row.get("test_accuracy") is not None:  # The POS tagger: no perplexity.
+      judged = f"tagging accuracy {100 * row['test_accuracy']:.1f}%"
     else:
       judged = "no printed row"
     name = (f"[{row['name']}]({link}/{row['name']}/)" if (committed / row["name"]).is_dir()

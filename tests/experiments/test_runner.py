@@ -504,8 +504,9 @@ def test_committed_pages_are_what_the_runner_writes_from_the_committed_logs(
   shutil.copytree(committed, rewritten)
   monkeypatch.chdir(tmp_path)
   monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
-  assert any((committed / row.name / logging_utils.METRICS_FILE).exists()
-             for row in tables.TABLES[table].rows)
+  logs = (logging_utils.METRICS_FILE, row_status.TAGGER_FILE, row_status.INTERPOLATION_FILE)
+  assert any((committed / row.name / log).exists()
+             for row in tables.TABLES[table].rows for log in logs)
   read = lambda d: json.loads((d / runner.RESULTS_JSON).read_text())
   flags = dict(arg[2:].split("=") for arg in read(committed)["command"].split()[3:])
   assert flags.pop("mode") == "reproduce" and flags.pop("table") == table

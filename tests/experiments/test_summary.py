@@ -67,6 +67,14 @@ def test_seed_rows_share_the_verdict_of_their_row_and_a_running_one_says_so(tmp_
   assert lines[0][4] == "70.0 (released rule)" and lines[0][5] == "+3.5 (+5.0%)"
 
 
+def test_a_finished_tagger_row_gives_its_accuracy_and_a_row_without_a_paper_says_so(
+    tmp_path):
+  tagger = {"name": "tagger", "status": "finished", "paper": None, "test_accuracy": 0.94809}
+  plain = {**_row("none", "finished"), "paper": None}
+  lines = summary.results_rows(_table([tagger, plain]), ".", tmp_path)
+  assert [line[-1] for line in lines] == ["tagging accuracy 94.8%", "no printed row"]
+
+
 def test_a_page_without_its_table_lines_is_refused_by_name():
   with pytest.raises(ValueError, match="no <!-- BEGIN results_table -->"):
     summary.replace_block("# a page\n", "results_table", "| a |")
