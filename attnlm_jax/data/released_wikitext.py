@@ -48,7 +48,7 @@ def rows_of_line(line: str, split_sentences: Callable[[str], list[str]]) -> int:
 
 
 def token_count(lines: Iterable[str],
-                   split_sentences: Callable[[str], list[str]] | None = None) -> int:
+                split_sentences: Callable[[str], list[str]] | None = None) -> int:
   """N_released = W + L + R of a file's `lines` (each without its "\\n"): its words, its
   lines and the rows the released pipeline splits them into (`rows_of_line`, with NLTK's
   English Punkt unless `split_sentences` is given)."""
