@@ -12,8 +12,8 @@ setuptools.setup(
     package_data={"attnlm_jax": ["data/embedded/*.txt.gz", "data/embedded/*.jsonl.gz"]},
     python_requires=">=3.11",
     install_requires=[
-        "jax>=0.10.2,<0.12",
-        "jaxlib>=0.10.2,<0.12",
+        "jax>=0.10.2,<0.13",
+        "jaxlib>=0.10.2,<0.13",
         "numpy>=1.26,<3",
         "flax>=0.12.8,<0.13",
         "optax>=0.2.8,<0.3",

@@ -40,6 +40,8 @@ from absl import app
 from absl import flags
 
 STEPS = ("create", "install", "train", "logs", "fetch", "delete")
+# The workers' JAX: the range setup.py admits, with the TPU runtime (libtpu) it pulls in.
+JAX_SPEC = "jax[tpu]>=0.10.2,<0.13"
 
 # The TPU software version to create each accelerator family with
 # (https://cloud.google.com/tpu/docs/runtimes).
@@ -93,7 +95,7 @@ class LaunchSpec:
   sdist: str = ""
   remote_dir: str = "attnlm_jax"
   python_version: str = "3.12"
-  jax_spec: str = "jax[tpu]>=0.10.2,<0.12"
+  jax_spec: str = JAX_SPEC
   fetch_dir: str = "workdirs"
   log_worker: str = "0"
   steps: tuple[str, ...] = STEPS
@@ -432,7 +434,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   flags.DEFINE_string("remote_dir", "attnlm_jax", "Project directory in each worker's home; "
                       "the install step recreates it.", **define)
   flags.DEFINE_string("python_version", "3.12", "Python of the workers' virtualenv.", **define)
-  flags.DEFINE_string("jax_spec", "jax[tpu]>=0.10.2,<0.12", "pip requirement for JAX on TPU.",
+  flags.DEFINE_string("jax_spec", JAX_SPEC, "pip requirement for JAX on TPU.",
                       **define)
   flags.DEFINE_string("fetch_dir", "workdirs", "Local directory the workdir is copied into.",
                       **define)

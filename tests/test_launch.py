@@ -109,7 +109,7 @@ def test_single_host_dry_run_lists_every_step_in_order():
 
   assert _option(install, "--worker") == "all"
   words = _shell_words(_option(install, "--command"))
-  assert REPO in words and "v0.1" in words and "jax[tpu]>=0.10.2,<0.12" in words
+  assert REPO in words and "v0.1" in words and "jax[tpu]>=0.10.2,<0.13" in words
   assert words[words.index("-e") + 1] == "attnlm_jax[gcs]"
 
   assert _option(train, "--worker") == "all"
@@ -307,7 +307,7 @@ def test_install_script_clones_the_ref_and_installs_into_a_venv(tmp_path):
   assert (tmp_path / "uv.txt").read_text().splitlines() == [
       "venv --quiet --python 3.12 attnlm_jax/.venv",
       "pip install --quiet --python attnlm_jax/.venv/bin/python -e attnlm_jax[gcs] "
-      "jax[tpu]>=0.10.2,<0.12"]
+      "jax[tpu]>=0.10.2,<0.13"]
 
 
 def test_train_and_logs_scripts_detach_the_job_and_report_its_status(tmp_path):

@@ -41,7 +41,12 @@ def test_the_start_record_says_where_the_run_trained(workdir):
   assert (start["platform"], start["devices"]) == ("cpu", 2)   # tests/conftest.py's devices
   assert start["host_cpus"] == len(os.sched_getaffinity(0))
   with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:   # the model the kernel reports
-    assert f"model name\t: {start['cpu_model']}\n" in cpuinfo.read()
+    text = cpuinfo.read()
+  assert f"model name\t: {start['cpu_model']}\n" in text
+  flags = set(next(l for l in text.splitlines() if l.startswith("flags")).split(":")[1].split())
+  features = start["cpu_features"].split()
+  assert features == sorted(features) and set(features) <= flags
+  assert ("avx2" in features) == ("avx2" in flags) and "fpu" not in features
 
 
 def _git(*args) -> str:

@@ -130,6 +130,22 @@ def cpu_model() -> str:
   return platform.processor()
 
 
+# The CPU's vector extensions that XLA compiles for (flag prefixes in /proc/cpuinfo).
+VECTOR_EXTENSIONS = ("sse", "avx", "fma", "f16c", "amx")
+
+
+def cpu_features() -> str:
+  """The CPU's vector extensions (/proc/cpuinfo's flags, `VECTOR_EXTENSIONS`), space-separated
+  and sorted, else "": XLA compiles a CPU program for them, so two CPUs with one model name
+  (a virtual machine's "AMD EPYC") sum float32 alike only when these agree too."""
+  with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+    for line in cpuinfo:
+      if line.startswith("flags"):
+        return " ".join(sorted(flag for flag in line.split(":", 1)[1].split()
+                               if flag.startswith(VECTOR_EXTENSIONS)))
+  return ""
+
+
 # The libraries whose versions a run's start record names.
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
 

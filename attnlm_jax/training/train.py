@@ -8,6 +8,7 @@ saving anything once its loss diverges, and saves and ends on SIGTERM or SIGINT
 (docs/training.md).
 """
 
+import collections
 import functools
 import math
 import time
@@ -73,6 +74,37 @@ def divergence(mean_loss: float, vocab_size: int) -> str | None:
     return (f"the training loss is {mean_loss:.4g} nats per token, more than twice a uniform "
             f"guess's {math.log(vocab_size):.3g}")
   return None
+
+
+# The fewest training steps whose mean loss the divergence check judges, as far back as the
+# session goes: a lone step's spike is not divergence, however often the loss is logged (the
+# demo at learning rate 1.0 has steps above twice a uniform guess's loss, and recovers).
+DIVERGENCE_MIN_STEPS = 50
+
+
+class RecentLoss:
+  """The summed loss of the latest log intervals of a session, back to DIVERGENCE_MIN_STEPS
+  steps: what `divergence` judges."""
+
+  def __init__(self):
+    self._intervals = collections.deque()   # (steps, summed NLL, tokens), oldest first.
+
+  def mean(self, num_steps: int, nll: float, tokens: int) -> float:
+    """The mean loss (nats per token) of an interval of `num_steps` steps (`nll` summed over
+    `tokens`) together with the intervals before it, back to DIVERGENCE_MIN_STEPS steps."""
+    for earlier_steps, earlier_nll, earlier_tokens in reversed(self._intervals):
+      if num_steps >= DIVERGENCE_MIN_STEPS:
+        break
+      num_steps += earlier_steps
+      nll, tokens = nll + earlier_nll, tokens + earlier_tokens
+    return nll / max(tokens, 1)
+
+  def add(self, num_steps: int, nll: float, tokens: int) -> None:
+    """Records a finished interval, forgetting those no later `mean` needs (a later interval
+    has a step at least)."""
+    self._intervals.append((num_steps, nll, tokens))
+    while sum(s for s, _, _ in list(self._intervals)[1:]) >= DIVERGENCE_MIN_STEPS - 1:
+      self._intervals.popleft()
 
 
 def _diverged(reason: str, step: int, lr: float, last_good) -> TrainingDiverged:
@@ -189,6 +221,8 @@ class _Session:
     self.lr = None                             # The learning rate of the epoch under way.
     self.epoch_sums = {"nll": 0.0, "tokens": 0}  # Its training loss so far.
     self.epochs = 0                            # Epochs finished.
+    self.recent_loss = RecentLoss()            # The loss the divergence check judges.
+    self.totals_from = self.step               # The step the device's sums start after.
 
   def _restore(self, params: dict) -> bool:
     """Sets the host state and its meta from the latest checkpoint, or the initial ones;
@@ -213,6 +247,7 @@ class _Session:
         models.count_params(self.state["params"]), platform=jax.default_backend(),
         devices=jax.device_count(), device_kind=jax.devices()[0].device_kind,
         host_cpus=logging_utils.host_cpus(), cpu_model=logging_utils.cpu_model(),
+        cpu_features=logging_utils.cpu_features(),
         code_version=logging_utils.code_version(), versions=logging_utils.library_versions(),
         train_batches=self.data.num_train_batches(), vocab_size=vocab_size,
         unigram_valid_perplexity=losses.unigram_perplexity(
@@ -343,18 +378,24 @@ class _Session:
 
   def _read_totals(self, reset: bool) -> dict:
     """The training sums since the last reset (waits for the devices); raises
-    TrainingDiverged when they show divergence."""
+    TrainingDiverged when they, with the intervals before them (`RecentLoss`), show
+    divergence."""
     totals = parallel.first_replica(self.p_state.totals)
+    nll, tokens = float(totals["nll"]), int(totals["tokens"])
+    steps_summed = self.step - self.totals_from
     if reset:
       self.p_state = self.p_state._replace(totals=parallel.replicate(steps.zero_totals()))
-      self.epoch_sums["nll"] += float(totals["nll"])
-      self.epoch_sums["tokens"] += int(totals["tokens"])
-    mean = float(totals["nll"]) / max(int(totals["tokens"]), 1)
+      self.epoch_sums["nll"] += nll
+      self.epoch_sums["tokens"] += tokens
     reason = (f"the loss of {int(totals['nonfinite'])} step(s) was not finite"
-              if totals["nonfinite"] else divergence(mean, len(self.data.vocab)))
+              if totals["nonfinite"] else
+              divergence(self.recent_loss.mean(steps_summed, nll, tokens), len(self.data.vocab)))
     if reason:
       raise _diverged(reason, self.step, self.lr, self.last_good)
-    return {"loss": mean, "tokens": int(totals["tokens"])}
+    if reset:
+      self.recent_loss.add(steps_summed, nll, tokens)
+      self.totals_from = self.step
+    return {"loss": nll / max(tokens, 1), "tokens": tokens}
 
   def _save(self, epoch: int, epoch_done: bool, iterator_state, batches_done: int, carries,
             valid_perplexity=None) -> None:

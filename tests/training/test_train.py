@@ -175,21 +175,59 @@ def test_unknown_config_argument_is_rejected():
     _load("ptb.py", "scor=single")
 
 
-def test_one_demo_epoch_gives_the_same_perplexity_on_one_and_two_devices(tmp_path):
-  """configs/demo.py (dropout on, its fixed `grad_shards`) for one epoch, as separate
-  processes with 1 and 2 host devices: the same run (docs/training.md, "Devices")."""
-  records = []
+# The command of the committed reference log (tests/training/reference/README.md).
+DEMO_EPOCH = ["-m", "attnlm_jax.main", "--config=configs/demo.py", "--config.train.num_epochs=1",
+              "--config.train.log_every_steps=10"]
+REFERENCE_LOG = pathlib.Path(__file__).parent / "reference" / "demo_epoch.jsonl"
+
+
+@pytest.fixture(scope="module")
+def demo_epochs(tmp_path_factory):
+  """{devices: (final record, metrics.jsonl's records)} of DEMO_EPOCH as separate processes
+  with 1 and 2 host devices."""
+  runs = {}
   for devices in (1, 2):
+    workdir = tmp_path_factory.mktemp(f"demo_{devices}_devices")
     result = subprocess.run(
-        [sys.executable, "-m", "attnlm_jax.main", "--config=configs/demo.py",
-         "--config.train.num_epochs=1", f"--workdir={tmp_path / str(devices)}"],
+        [sys.executable, *DEMO_EPOCH, f"--workdir={workdir}"],
         cwd=tiny_config.REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
     assert result.returncode == 0, result.stderr[-3000:]
-    records.append(json.loads(result.stdout.splitlines()[-1]))
-  one, two = records
+    runs[devices] = (json.loads(result.stdout.splitlines()[-1]),
+                     _records(workdir / "metrics.jsonl"))
+  return runs
+
+
+def _records(path) -> list[dict]:
+  return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines()]
+
+
+def test_one_demo_epoch_gives_the_same_perplexity_on_one_and_two_devices(demo_epochs):
+  """configs/demo.py (dropout on, its fixed `grad_shards`) for one epoch, as separate
+  processes with 1 and 2 host devices: the same run (docs/training.md, "Devices")."""
+  (one, _), (two, _) = demo_epochs[1], demo_epochs[2]
   assert one["valid_perplexity"] == pytest.approx(two["valid_perplexity"], rel=1e-3)
   assert one["test_perplexity"] == pytest.approx(two["test_perplexity"], rel=1e-3)
+
+
+def test_one_demo_epoch_retrains_the_committed_log(demo_epochs):
+  """The 1-device run against the committed log of the same command: every loss and
+  perplexity bit for bit on the CPU (model, vector extensions, count) and jax version that
+  wrote the log. Elsewhere the
+  first ten steps' loss agrees to float32 rounding; the later steps drift apart by rounding
+  that the demo's learning rate of 1.0 amplifies (docs/training.md, "Versions of JAX")."""
+  reference, rerun = _records(REFERENCE_LOG), demo_epochs[1][1]
+  machine = lambda start: (start["cpu_model"], start["cpu_features"], start["host_cpus"],
+                           start["versions"]["jax"], start["versions"]["jaxlib"])
+  untimed = lambda records: [{key: value for key, value in record.items()
+                              if key not in ("tokens_per_second", "train_seconds")}
+                             for record in records[1:]]
+  assert reference[0]["config"]["train"] == rerun[0]["config"]["train"]
+  if machine(reference[0]) == machine(rerun[0]):
+    assert untimed(rerun) == untimed(reference)
+  else:
+    assert (rerun[1]["step"], reference[1]["step"]) == (10, 10)
+    assert rerun[1]["train_loss"] == pytest.approx(reference[1]["train_loss"], rel=1e-6)
 
 
 def test_a_new_train_step_of_the_same_model_reuses_the_compiled_step():
@@ -297,3 +335,25 @@ def test_the_steps_compiled_before_training_serve_every_batch_width_of_the_epoch
   training, evaluation = _an_epoch_and_its_evaluation(config, compile_first=True)
   assert len(training) == 1 and gradients not in training
   assert evaluation == []
+
+
+def test_a_lone_spike_is_not_divergence_however_often_the_loss_is_logged():
+  """The check judges the mean of at least DIVERGENCE_MIN_STEPS steps where the session has
+  them: a one-step interval at 13 nats after 49 steps at 5 is 5.16 (below 2 ln 372 = 11.8),
+  50 steps at 13 are divergence, and the first interval of a session is judged alone."""
+  vocab_size = 372
+  assert train.DIVERGENCE_MIN_STEPS == 50
+  recent = train.RecentLoss()
+  assert train.divergence(recent.mean(1, 130.0, 10), vocab_size)        # alone: 13 nats
+  for _ in range(49):
+    recent.add(1, 50.0, 10)
+  assert recent.mean(1, 130.0, 10) == pytest.approx((49 * 50.0 + 130.0) / 500)
+  assert train.divergence(recent.mean(1, 130.0, 10), vocab_size) is None
+  for _ in range(200):
+    recent.add(1, 130.0, 10)
+  assert len(recent._intervals) == 49                  # only what the next mean reads
+  assert recent.mean(1, 130.0, 10) == pytest.approx(13.0)
+  assert "more than twice a uniform guess's 5.92" in train.divergence(
+      recent.mean(1, 130.0, 10), vocab_size)
+  recent.add(100, 500.0, 100)                          # a long interval stands alone
+  assert recent.mean(60, 300.0, 100) == pytest.approx(3.0)
