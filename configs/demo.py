@@ -24,6 +24,9 @@ def get_config(arg=None):
   config.model.score = args.score          # The attention score.
   config.model.forget_bias = 1.0 if args.score == "average" else 0.0  # Averaging LM: 1.0.
   config.data.bucket = args.score != "conv1x1"  # conv1x1's batch norm: random sentences.
+  config.train.learning_rate = 0.5         # Half the papers' 1.0, at which this small model's
+                                           # first 250 steps jump above a uniform guess's loss
+                                           # (benchmarks/results/2026-11-29_demo_learning_rate).
   config.train.lr_decay_after = 4          # Halve the learning rate after epoch 4.
   config.train.grad_shards = 2            # The same run on 1 and 2 devices.
   config.train.num_epochs = 8              # At most 8 epochs (~15 s each on 2 cores).

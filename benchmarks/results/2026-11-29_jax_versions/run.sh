@@ -23,8 +23,9 @@ for version in 0.11.2 0.12.0.1; do
     /opt/jax$version && cd $PWD && /opt/jax$version/bin/pip install -q -e '.[test]' \
     jax==$version jaxlib==$version"
 done
+# The demo's learning rate when this ran (1.0; configs/demo.py has used 0.5 since).
 epoch="-m attnlm_jax.main --config=configs/demo.py --config.train.num_epochs=1 \
-  --config.train.log_every_steps=10"
+  --config.train.log_every_steps=10 --config.train.learning_rate=1.0"
 export XLA_FLAGS=--xla_force_host_platform_device_count=1
 for seed in 0 1 2; do
   rm -rf /tmp/demo_$seed && python $epoch --config.seed=$seed --workdir=/tmp/demo_$seed
