@@ -14,9 +14,9 @@ from attnlm_jax import models
 from attnlm_jax.models import nn
 import tiny_config
 
-# Early steps: at the papers' learning rate 1.0 (the steps below), later steps go through loss spikes whose
-# timing is chaotic (any rounding difference moves them), so both runs would no longer be
-# comparable step for step.
+# Early steps: at the papers' learning rate 1.0 (the steps below), later steps go through
+# loss spikes whose timing is chaotic (any rounding difference moves them), so both runs would
+# no longer be comparable step for step.
 NUM_STEPS = 10
 
 
