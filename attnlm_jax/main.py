@@ -10,6 +10,7 @@ status 1; a signal during training saves the run and ends it with status 128 + t
 number (rerunning resumes). The other modes and flags: `--helpfull`, and the README.
 """
 
+import re
 import sys
 
 from absl import app
@@ -144,12 +145,27 @@ def _parse_flags(argv: list[str]) -> list[str]:
       message = f"{message.split(': ')[0]}: {message.strip().splitlines()[-1]}"
     _fail(message)
   except (AttributeError, KeyError) as e:
-    key = str(e).strip("\"'")
-    names = [a.split("=")[0] for a in argv[1:] if a.startswith("--config.")]
-    name = next((n for n in names if key in n.split(".")), " ".join(names))
-    _fail(f"unknown config key {name}: the config file lists the valid keys")
+    _fail(_unknown_config_key(str(e), argv))
   except (TypeError, ValueError) as e:
     _fail(f"bad --config: {e}")
+
+
+def _unknown_config_key(message: str, argv: list[str]) -> str:
+  """The error for a --config.A.B override that names no field. `message` is ml_collections':
+  the missing field's name in quotes, then 'Did you mean "NEAR"' when one is near."""
+  missing, _, hint = message.partition("Did you mean")
+  overrides = [a.split("=")[0].removeprefix("--config.").split(".")
+               for a in argv[1:] if a.startswith("--config.")]
+  for fields in overrides:
+    for i, field in enumerate(fields):
+      if re.search(rf"\b{re.escape(field)}\b", missing):
+        near = re.match(r'\s*"(\w+)"', hint)
+        name = "--config." + ".".join(fields)
+        if near is None:
+          return f"unknown config key {name}: the config file lists the valid keys"
+        fix = "--config." + ".".join([*fields[:i], near.group(1), *fields[i + 1:]])
+        return f"unknown config key {name}: did you mean {fix}?"
+  return f"unknown config key in {' '.join(argv[1:])}: the config file lists the valid keys"
 
 
 def _resolve_paths() -> None:

@@ -156,6 +156,8 @@ def test_generate_is_reproducible_for_a_seed(workdir):
 
 @pytest.mark.parametrize("flag, message", [
     ("--config.model.no_such_key=1", "unknown config key --config.model.no_such_key:"),
+    ("--config.modle.hidden_size=8",
+     "unknown config key --config.modle.hidden_size: did you mean --config.model.hidden_size?"),
     ("--config.model.score=bogus", "unknown score 'bogus'"),
     ("--config.model.hidden_size=24", "does not fit the config"),
     ("--config.data.corpus=ptb", "data directory"),
