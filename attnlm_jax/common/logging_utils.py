@@ -263,6 +263,8 @@ class Progress:
   The tokens/s it reports are measured between two points where the loop waited for the
   devices (reading the training sums), so they count work done, not steps dispatched; the
   clock starts after the epoch's first step (`start_clock`), which may include compilation.
+  A log line also says when the epoch's batches will be done, at the session's mean time per
+  batch so far (a bar shows tqdm's estimate).
   """
 
   def __init__(self, epoch: int, total: int, done: int, enabled: bool = True):
@@ -277,6 +279,7 @@ class Progress:
     self._enabled = enabled
     self._since = None
     self._tokens_before = 0
+    self._clock_start = None   # (time, batches done) when the clock started.
 
   def advance(self) -> None:
     """Counts one trained batch."""
@@ -293,6 +296,7 @@ class Progress:
     tokens since the last report, which the first rate then leaves out)."""
     self._since = time.perf_counter()
     self._tokens_before = tokens_so_far
+    self._clock_start = (self._since, self._done)
 
   def report(self, step: int, loss: float, tokens: int) -> float:
     """Shows step, loss and tokens/s since the last report; returns the tokens/s.
@@ -308,9 +312,22 @@ class Progress:
     if self._bar is not None:
       self._bar.set_postfix(step=step, loss=f"{loss:.3f}", tok_s=f"{rate:.0f}")
     elif self._enabled:
-      logging.info("epoch %d  batch %d/%d  step %d  loss %.4f  %.0f tokens/s", self._epoch,
-                   self._done, self._total, step, loss, rate)
+      logging.info("epoch %d  batch %d/%d  step %d  loss %.4f  %.0f tokens/s%s", self._epoch,
+                   self._done, self._total, step, loss, rate, self._time_left(now))
     return rate
+
+  def _time_left(self, now: float) -> str:
+    """'  epoch done in 12m05s': the batches left at the mean time per batch since the clock
+    started; '' before a batch has been timed."""
+    started, done_then = self._clock_start or (now, self._done)
+    timed = self._done - done_then
+    if timed <= 0:
+      return ""
+    seconds = round((now - started) / timed * (self._total - self._done))
+    hours, minutes = divmod(seconds // 60, 60)
+    left = (f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds % 60:02d}s" if minutes
+            else f"{seconds}s")
+    return f"  epoch done in {left}"
 
   def close(self) -> None:
     """Removes the bar."""
