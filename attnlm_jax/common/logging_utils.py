@@ -263,8 +263,8 @@ class Progress:
   The tokens/s it reports are measured between two points where the loop waited for the
   devices (reading the training sums), so they count work done, not steps dispatched; the
   clock starts after the epoch's first step (`start_clock`), which may include compilation.
-  A log line also says when the epoch's batches will be done, at the session's mean time per
-  batch so far (a bar shows tqdm's estimate).
+  A log line also says when the epoch's batches will be done, at the mean time per batch
+  since the clock started (a bar shows tqdm's estimate).
   """
 
   def __init__(self, epoch: int, total: int, done: int, enabled: bool = True):
