@@ -261,7 +261,7 @@ def smoothing_effect(model: evaluate.TrainedModel, split: str = "valid",
      (means over all tokens), "by_position": {"position", "tokens", "entropy",
      "uniform_entropy", "entropy_ratio", "kl"} (lists, one entry per position)}.
   """
-  data = model.load_data()
+  data = model.data
   sentences = [model.vocab.decode(s[:-1]) for s in data.sentences(split)][:max_sentences]
   rows = []
   for result in forward(model, sentences, attention=True):
@@ -462,7 +462,7 @@ def plot_surprisal(surprisals: Mapping[str, dict], path) -> None:
 # ----------------------------------------------------------------------------- all at once
 def default_sentences(model: evaluate.TrainedModel, split: str, count: int = 3) -> list[str]:
   """The first `count` sentences of 6 to 15 words of a split of the model's corpus."""
-  data = model.load_data()
+  data = model.data
   chosen = [s for s in data.sentences(split) if 7 <= len(s) <= 16][:count]
   return [" ".join(model.vocab.decode(s[:-1])) for s in chosen]
 

@@ -37,13 +37,15 @@ class TrainedModel:
   params: dict
   step: int
 
-  def load_data(self) -> data_lib.LMData:
-    """The model's corpus in its vocabulary (with its tagger's tags for POS-tag inputs)."""
+  @functools.cached_property
+  def data(self) -> data_lib.LMData:
+    """The model's corpus in its vocabulary (with its tagger's tags for POS-tag inputs),
+    loaded on first use and shared by every evaluation of this model."""
     return data_lib.load(self.config.data, self.vocab, tagging.corpus_tags(self.config.data))
 
   def released_count(self, split: str) -> int:
     """What the released code divides `split`'s perplexity by (`LMData.released_count`)."""
-    return data_lib.load(self.config.data, self.vocab).released_count(split)
+    return self.data.released_count(split)
 
   def check_every_token(self, method: str) -> None:
     """UserError unless the model predicts every token from a start symbol, as `method`
@@ -90,7 +92,7 @@ def evaluate(model: TrainedModel, split: str) -> dict:
     {"split", "perplexity", "perplexity_paper_convention", "nll", "tokens", "sentences",
      "step"}.
   """
-  data = model.load_data()
+  data = model.data
   result = steps.Evaluator(model.config.model)(parallel.replicate(model.params), data, split,
                                                model.config.data.eval_batch_size)
   return {"split": split, **result, "step": model.step}
@@ -170,7 +172,7 @@ def split_log_probs(model: TrainedModel, split: str) -> tuple[np.ndarray, np.nda
   the `nll` of `evaluate`.
   """
   model.check_every_token("a log-probability of every token")
-  data = model.load_data()
+  data = model.data
   stream = data.split(split)
   if data.is_stream:
     return stream.tokens, _stream_protocol_log_probs(model, data, split)

@@ -67,7 +67,7 @@ def split_states(model: evaluate.TrainedModel, split: str, states: str = "lstm"
   stream protocol) and laid out in stream order.
   """
   model.check_every_token("the neural cache")
-  data = model.load_data()
+  data = model.data
   stream = data.split(split)
   batch_size = model.config.data.eval_batch_size
   p_step = jax.pmap(functools.partial(_states_step, model_config=model.config.model,

@@ -172,7 +172,7 @@ class DynamicEvaluator:
                              "evaluation per window)")
     self.model, self.window, self.time_multiple = model, window, time_multiple
     model.check_every_token("dynamic evaluation")
-    self.data = model.load_data()
+    self.data = model.data
     config = model.config.model
     self._score = jax.jit(functools.partial(_window_log_probs, model_config=config))
     self._gradient = jax.jit(functools.partial(_gradient, model_config=config))

@@ -79,6 +79,15 @@ def test_two_model_mixture_beats_its_worse_member_and_fitted_weights_beat_equal(
   assert fitted["perplexity"] <= equal["perplexity"] * (1 + 1e-9)
 
 
+def test_each_member_loads_its_corpus_once(runs, monkeypatch):
+  loads = []
+  load = evaluate.data_lib.load
+  monkeypatch.setattr(evaluate.data_lib, "load", lambda *a, **k: loads.append(1) or load(*a, **k))
+  result = ensemble.interpolate(runs, "test")      # fits on valid, scores test
+  assert result["weights_fitted_on"] == "valid"
+  assert len(loads) == len(runs)
+
+
 @pytest.mark.parametrize("weights, message", [
     (["0.7", "0.7"], "must be 2 non-negative numbers summing to 1"),
     (["1"], "must be 2 non-negative numbers summing to 1"),

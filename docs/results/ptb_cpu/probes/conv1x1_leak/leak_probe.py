@@ -78,7 +78,7 @@ def main(workdir: str) -> dict:
   if not runs.is_finished(workdir):
     train_bucketed(workdir)
   model = evaluate.load(workdir)
-  data = model.load_data()
+  data = model.data
   batch_size = model.config.data.eval_batch_size
   result = {"workdir_config": CONFIG, "overrides": OVERRIDES, "checkpoint_step": model.step,
             "eval_batch_size": batch_size}
