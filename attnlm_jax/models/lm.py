@@ -455,7 +455,8 @@ def _read_recurrent(params, config, score, carry: DecodeState, embedded, gates_x
   previous, weights = carry.lstm[0], None
   lstm_input = embedded
   if "das" in score.recurrence:
-    inputs = memory_lib.write(carry.inputs, embedded, valid)
+    inputs = recurrent.write_inputs(params["recurrent"]["das"], carry.inputs, embedded, valid,
+                                    cdt)
     context, stream_weights = recurrent.das_read(params["recurrent"]["das"], inputs,
                                                  carry.lstm[-1].h, cdt)
     gates_x = gates_x + nn.dot(context, params["lstm"][0]["w_x"][embedded.shape[-1]:], cdt)
@@ -497,7 +498,8 @@ def _time_step(params, config, score, carry: DecodeState, inputs):
     context, weights = _read_memory(params, config, score, carry.memory, query)
     if not _zero_slot_only(config):
       new_memory = _write_memory(params, config, score, carry.memory, h, valid)
-  tapes = (recurrent.write_tapes(carry.tapes, states[0], previous, valid)
+  tapes = (recurrent.write_tapes(params["recurrent"]["lstmn"], carry.tapes, states[0], previous,
+                                 valid, cdt)
            if "lstmn" in score.recurrence else carry.tapes)
   new_carry = carry._replace(lstm=tuple(states), memory=new_memory, tapes=tapes)
   return new_carry, (query, context, weights)
@@ -513,7 +515,7 @@ def _scan(params, config, score, embedded, lengths, drop, state, need_weights: b
   valid = jnp.arange(num_steps)[:, None] < lengths[None, :]                    # [T, B]
   step_drop = (drop.between.swapaxes(0, 1), drop.output) if drop is not None else None
   carry = (_initial_state(params, config, score, batch_size, capacity=num_steps)
-           if state is None else state)
+           if state is None else _with_keys(params, config, score, state))
   step_inputs = (embedded if score.feeds_recurrence else None, gates_x, valid, step_drop)
 
   def body(carry, inputs):
@@ -545,8 +547,8 @@ def _logits(params, config, features):
 def _initial_state(params, config, score, batch_size: int, capacity: int,
                    streaming: bool = False) -> DecodeState:
   """Zero LSTM states and empty buffers; the memory a running mean if `streaming`, else a
-  buffer of `capacity` slots (with the keys of its zero states for a score with keys; none
-  for the models without attention)."""
+  buffer of `capacity` slots (none for the models without attention); every buffer with the
+  keys of its zero states (`_with_keys`)."""
   hidden = config.hidden_size
   layers = tuple(lstm.zero_state(batch_size, hidden) for _ in range(config.num_layers))
   if streaming:
@@ -554,15 +556,26 @@ def _initial_state(params, config, score, batch_size: int, capacity: int,
   else:
     buffer = memory_lib.empty(batch_size, capacity if score.attend else 1, hidden,
                               config.zero_slot)
-    if score.key is not None:
-      buffer = buffer._replace(keys=score.key(params["score"], buffer.states,
-                                              _compute_dtype(config)))
   streams, _ = _input_sizes(config, score)
   inputs = (recurrent.empty_inputs(batch_size, capacity, sum(streams.values()))
             if "das" in score.recurrence else None)
   tapes = (recurrent.empty_tapes(batch_size, capacity, hidden, config.zero_slot)
            if "lstmn" in score.recurrence else None)
-  return DecodeState(layers, buffer, inputs, tapes)
+  return _with_keys(params, config, score, DecodeState(layers, buffer, inputs, tapes))
+
+
+def _with_keys(params, config, score, state: DecodeState) -> DecodeState:
+  """The state with the cached keys of its buffers (the memory for a score with keys, the DAS
+  buffer, the LSTMN h tape) computed from the states they hold, with `params`: those a state
+  carried from the previous window holds were computed with the parameters before the
+  update in between (training, dynamic evaluation)."""
+  cdt = _compute_dtype(config)
+  memory = state.memory
+  if score.key is not None and isinstance(memory, memory_lib.Memory):
+    memory = memory._replace(keys=score.key(params["score"], memory.states, cdt))
+  inputs, tapes = (recurrent.with_keys(params["recurrent"], state.inputs, state.tapes, cdt)
+                   if score.feeds_recurrence else (state.inputs, state.tapes))
+  return state._replace(memory=memory, inputs=inputs, tapes=tapes)
 
 
 def init_state(params: dict, config, batch_size: int,

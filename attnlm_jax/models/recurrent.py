@@ -16,10 +16,13 @@ LSTMN (Cheng, Dong & Lapata 2016, as written in Cao & Yu eqs. 1-4):
     (h_t, c_t) = LSTM(x_t, (~h_t, ~c_t))
 
 b_v is left out (softmax(e + b_v) = softmax(e)); the tapes hold the first LSTM layer's states.
-The buffers, POS inputs and DAS-LSTMN: docs/models.md, "The DAS LM and the LSTMN".
+Each buffer caches the part of the score that depends on the slot alone (`das_keys`: W_w w_i;
+`lstmn_key`: W_h h_i), computed once when the slot is written, so a step costs O(L H) rather
+than O(L H^2). The buffers, POS inputs and DAS-LSTMN: docs/models.md, "The DAS LM and the
+LSTMN".
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -67,24 +70,34 @@ def init(rng: jax.Array, recurrence: tuple[str, ...], *, hidden_size: int,
   return params
 
 
-def das_scores(params: dict, inputs: jax.Array, h_prev: jax.Array,
-               compute_dtype=jnp.float32) -> jax.Array:
-  """Cao & Yu eq. 6 without b_v: e_i = v . tanh(W_w w_i + W_h h_{t-1} + b_att).
+def das_key(params: dict, inputs: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
+  """The slot's part of Cao & Yu eq. 6, k_i = W_w w_i: inputs [..., D] -> [..., A]."""
+  return nn.dot(inputs, params["w_w"], compute_dtype)
 
-  inputs [B, L, D] (w_i), h_prev [B, H] -> e [B, L].
+
+def das_scores(params: dict, keys: jax.Array, h_prev: jax.Array,
+               compute_dtype=jnp.float32) -> jax.Array:
+  """Cao & Yu eq. 6 without b_v: e_i = v . tanh(k_i + W_h h_{t-1} + b_att), k_i = W_w w_i.
+
+  keys [B, L, A] (`das_key` of w_i), h_prev [B, H] -> e [B, L].
   """
-  keys = nn.dot(inputs, params["w_w"], compute_dtype)                          # [B, L, A]
   query = nn.dot(h_prev, params["w_h"], compute_dtype) + params["b_att"]       # [B, A]
   return nn.einsum("bla,a->bl", jnp.tanh(keys + query[:, None]), params["v"])
 
 
-def lstmn_scores(params: dict, tape_h: jax.Array, x: jax.Array, read_prev: jax.Array,
-                 compute_dtype=jnp.float32) -> jax.Array:
-  """Cheng et al. (2016) / Cao & Yu eq. 1: e_i = v . tanh(W_h h_i + W_x x_t + W_~h ~h_{t-1}).
+def lstmn_key(params: dict, tape_h: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
+  """The slot's part of Cheng et al. (2016) / Cao & Yu eq. 1, k_i = W_h h_i:
+  tape_h [..., H] -> [..., H]."""
+  return nn.dot(tape_h, params["w_h"], compute_dtype)
 
-  tape_h [B, L, H], x [B, X], read_prev [B, H] -> e [B, L].
+
+def lstmn_scores(params: dict, keys: jax.Array, x: jax.Array, read_prev: jax.Array,
+                 compute_dtype=jnp.float32) -> jax.Array:
+  """Cheng et al. (2016) / Cao & Yu eq. 1: e_i = v . tanh(k_i + W_x x_t + W_~h ~h_{t-1}),
+  k_i = W_h h_i.
+
+  keys [B, L, H] (`lstmn_key` of the tape), x [B, X], read_prev [B, H] -> e [B, L].
   """
-  keys = nn.dot(tape_h, params["w_h"], compute_dtype)                          # [B, L, H]
   query = (nn.dot(x, params["w_x"], compute_dtype)
            + nn.dot(read_prev, params["w_r"], compute_dtype))                   # [B, H]
   return nn.einsum("blh,h->bl", jnp.tanh(keys + query[:, None]), params["v"])
@@ -95,19 +108,37 @@ def weighted_sum(weights: jax.Array, states: jax.Array) -> jax.Array:
   return nn.einsum("bl,bld->bd", weights, states)
 
 
+def _streams(params: dict) -> list[str]:
+  """The DAS input streams that `params` attend over, in `STREAMS` order."""
+  return [stream for stream in STREAMS if stream in params]
+
+
+def das_keys(params: dict, inputs: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
+  """Every stream's `das_key` of inputs [..., D], each stream over its own slice of the
+  features (`STREAMS` order): [..., streams, A]."""
+  keys, start = [], 0
+  for stream in _streams(params):
+    size = params[stream]["w_w"].shape[0]
+    keys.append(das_key(params[stream], inputs[..., start:start + size], compute_dtype))
+    start += size
+  return jnp.stack(keys, axis=-2)
+
+
 def das_read(params: dict, inputs: memory_lib.Memory, h_prev: jax.Array,
              compute_dtype=jnp.float32) -> tuple[jax.Array, dict]:
-  """The DAS context m'_t = [w'_t; p'_t] (eqs. 6-8, 19) over the buffer of inputs m_1..m_t.
+  """The DAS context m'_t = [w'_t; p'_t] (eqs. 6-8, 19) over the buffer of inputs m_1..m_t
+  and their cached `das_keys`.
 
   params: stream name -> that stream's attention; each stream reads its own slice of the
   buffer's features, in `STREAMS` order. Returns (context [B, D], stream -> weights [B, L]).
   """
   contexts, weights, start = [], {}, 0
-  for stream in (s for s in STREAMS if s in params):
+  for index, stream in enumerate(_streams(params)):
     size = params[stream]["w_w"].shape[0]
     history = inputs.states[..., start:start + size]
     weights[stream] = nn.masked_softmax(
-        das_scores(params[stream], history, h_prev, compute_dtype), inputs.mask)
+        das_scores(params[stream], inputs.keys[..., index, :], h_prev, compute_dtype),
+        inputs.mask)
     contexts.append(weighted_sum(weights[stream], history))
     start += size
   return jnp.concatenate(contexts, axis=-1), weights
@@ -115,26 +146,49 @@ def das_read(params: dict, inputs: memory_lib.Memory, h_prev: jax.Array,
 
 def lstmn_read(params: dict, tapes: Tapes, x: jax.Array,
                compute_dtype=jnp.float32) -> tuple[lstm.LSTMState, jax.Array]:
-  """(~h_t, ~c_t) = sum_i a_i (h_i, c_i) over the tapes (eqs. 1-3); returns them and a [B, L]."""
+  """(~h_t, ~c_t) = sum_i a_i (h_i, c_i) over the tapes (eqs. 1-3) and the h tape's cached
+  `lstmn_key`s; returns them and a [B, L]."""
   weights = nn.masked_softmax(
-      lstmn_scores(params, tapes.h.states, x, tapes.read, compute_dtype), tapes.h.mask)
+      lstmn_scores(params, tapes.h.keys, x, tapes.read, compute_dtype), tapes.h.mask)
   return lstm.LSTMState(weighted_sum(weights, tapes.h.states),
                         weighted_sum(weights, tapes.c.states)), weights
 
 
 def empty_inputs(batch_size: int, capacity: int, dim: int) -> memory_lib.Memory:
-  """The DAS buffer: `capacity` input embeddings of size `dim` (slot 0 stays unused)."""
+  """The DAS buffer: `capacity` input embeddings of size `dim` (slot 0 stays unused), without
+  keys (`with_keys` adds them)."""
   return memory_lib.empty(batch_size, capacity + 1, dim, zero_slot=False)
 
 
 def empty_tapes(batch_size: int, capacity: int, hidden_size: int, zero_slot: bool) -> Tapes:
-  """Tapes holding only h_0 = c_0 = 0 (visible iff `zero_slot`), and ~h_0 = 0."""
+  """Tapes holding only h_0 = c_0 = 0 (visible iff `zero_slot`), and ~h_0 = 0, without keys
+  (`with_keys` adds them)."""
   buffer = memory_lib.empty(batch_size, capacity, hidden_size, zero_slot)
   return Tapes(buffer, buffer, jnp.zeros((batch_size, hidden_size), jnp.float32))
 
 
-def write_tapes(tapes: Tapes, state: lstm.LSTMState, read: lstm.LSTMState,
-                valid: jax.Array) -> Tapes:
-  """Appends (h_t, c_t) to the tapes after the step; keeps ~h_t as the next query's ~h_{t-1}."""
-  return Tapes(memory_lib.write(tapes.h, state.h, valid),
+def with_keys(params: dict, inputs: Optional[memory_lib.Memory], tapes: Optional[Tapes],
+              compute_dtype=jnp.float32):
+  """The DAS buffer and the LSTMN tapes (either None when the model has none) with their keys
+  computed from the states they hold, with `params` (the "recurrent" parameters)."""
+  if inputs is not None:
+    inputs = inputs._replace(keys=das_keys(params["das"], inputs.states, compute_dtype))
+  if tapes is not None:
+    keys = lstmn_key(params["lstmn"], tapes.h.states, compute_dtype)
+    tapes = tapes._replace(h=tapes.h._replace(keys=keys))
+  return inputs, tapes
+
+
+def write_inputs(params: dict, inputs: memory_lib.Memory, embedded: jax.Array,
+                 valid: jax.Array, compute_dtype=jnp.float32) -> memory_lib.Memory:
+  """Appends m_t [B, D] and its `das_keys` to the DAS buffer (before the read: m_t is read)."""
+  return memory_lib.write(inputs, embedded, valid, das_keys(params, embedded, compute_dtype))
+
+
+def write_tapes(params: dict, tapes: Tapes, state: lstm.LSTMState, read: lstm.LSTMState,
+                valid: jax.Array, compute_dtype=jnp.float32) -> Tapes:
+  """Appends (h_t, c_t) and h_t's `lstmn_key` to the tapes after the step; keeps ~h_t as the
+  next query's ~h_{t-1}."""
+  return Tapes(memory_lib.write(tapes.h, state.h, valid,
+                                lstmn_key(params, state.h, compute_dtype)),
                memory_lib.write(tapes.c, state.c, valid), read.h)

@@ -150,8 +150,10 @@ def test_score_functions_match_their_equations():
   inputs, h_prev = rng.normal(size=(2, 6, 4)), rng.normal(size=(2, 3))
   tape, x, read = rng.normal(size=(2, 6, 3)), rng.normal(size=(2, 4)), rng.normal(size=(2, 3))
   as32 = lambda tree: jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), tree)
-  got_das = recurrent.das_scores(as32(das), *as32((inputs, h_prev)))
-  got_lstmn = recurrent.lstmn_scores(as32(lstmn), *as32((tape, x, read)))
+  keys = recurrent.das_key(as32(das), as32(inputs))
+  got_das = recurrent.das_scores(as32(das), keys, as32(h_prev))
+  keys = recurrent.lstmn_key(as32(lstmn), as32(tape))
+  got_lstmn = recurrent.lstmn_scores(as32(lstmn), keys, *as32((x, read)))
   for b in range(2):
     for i in range(6):
       want = das["v"] @ np.tanh(das["w_w"].T @ inputs[b, i] + das["w_h"].T @ h_prev[b]
