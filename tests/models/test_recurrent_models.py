@@ -41,73 +41,74 @@ def random_batch(seed=0, num_steps=7, vocab_size=19):
 # --------------------------------------------------------------------------- NumPy reference
 
 
-def sigmoid(x):
-  return 1.0 / (1.0 + np.exp(-x))
+def sigmoid(x, xp=np):
+  return 1.0 / (1.0 + xp.exp(-x))
 
 
-def softmax(e):
-  e = np.exp(e - e.max())
+def softmax(e, xp=np):
+  e = xp.exp(e - e.max())
   return e / e.sum()
 
 
-def lstm_cell(layer, x, h, c):
+def lstm_cell(layer, x, h, c, xp=np):
   """z = x W_x + h W_h + b; gates (i, f, g, o); c' = f c + i g; h' = o tanh(c')."""
   z = x @ layer["w_x"] + h @ layer["w_h"] + layer["b"]
-  i, f, g, o = np.split(z, 4)
-  c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
-  return sigmoid(o) * np.tanh(c), c
+  i, f, g, o = xp.split(z, 4)
+  c = sigmoid(f, xp) * c + sigmoid(i, xp) * xp.tanh(g)
+  return sigmoid(o, xp) * xp.tanh(c), c
 
 
-def numpy_model(params, config, tokens, tags, b_v=0.0):
-  """One sentence, one layer, written from Cao & Yu eqs. 1-8, 15-19 step by step.
+def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np):
+  """One sentence, one layer, written from Cao & Yu eqs. 1-8, 15-19 step by step, in NumPy
+  (or, with xp=jax.numpy, differentiable).
 
   Returns the log-probabilities [T, V] and the attention weights of each step (DAS: over the
   word history w_1..w_t; LSTMN: over the tape [h_0 = 0, h_1 .. h_{t-1}]). b_v is the DAS
   score's output bias (eq. 6), which the softmax cancels.
   """
-  p = jax.tree.map(np.asarray, params)
+  p = jax.tree.map(xp.asarray, params)
   name = config.score
   hidden = config.hidden_size
   layer = p["lstm"][0]
-  h, c, read_h = np.zeros(hidden), np.zeros(hidden), np.zeros(hidden)
+  h, c, read_h = xp.zeros(hidden), xp.zeros(hidden), xp.zeros(hidden)
   history = {"words": [], "tags": []}                 # w_1..w_t and p_1..p_t
-  tape_h, tape_c = [np.zeros(hidden)], [np.zeros(hidden)]
+  tape_h, tape_c = [xp.zeros(hidden)], [xp.zeros(hidden)]
   log_probs, attention = [], []
   for t, token in enumerate(tokens):
     streams = {"words": p["embed"][token]}
     if config.pos_tags:
       streams["tags"] = p["tag_embed"][tags[t]]
-    m = np.concatenate(list(streams.values()))          # m_t = [w_t; p_t]
+    m = xp.concatenate(list(streams.values()))          # m_t = [w_t; p_t]
     x = m
     if "das" in name:
       contexts = []
       for stream, vector in streams.items():
         history[stream].append(vector)
         q = p["recurrent"]["das"][stream]
-        e = np.array([q["v"] @ np.tanh(q["w_w"].T @ w_i + q["w_h"].T @ h + q["b_att"]) + b_v
+        e = xp.array([q["v"] @ xp.tanh(q["w_w"].T @ w_i + q["w_h"].T @ h + q["b_att"]) + b_v
                       for w_i in history[stream]])
-        a = softmax(e)
+        a = softmax(e, xp)
         contexts.append(sum(a_i * w_i for a_i, w_i in zip(a, history[stream])))
         if stream == "words":
           attention.append(a)
-      x = np.concatenate([m] + contexts)                  # [m_t; m'_t]
+      x = xp.concatenate([m] + contexts)                  # [m_t; m'_t]
     h_prev, c_prev = h, c
     if "lstmn" in name:
       q = p["recurrent"]["lstmn"]
-      e = np.array([q["v"] @ np.tanh(q["w_h"].T @ h_i + q["w_x"].T @ x + q["w_r"].T @ read_h)
+      e = xp.array([q["v"] @ xp.tanh(q["w_h"].T @ h_i + q["w_x"].T @ x + q["w_r"].T @ read_h)
                     for h_i in tape_h])
-      a = softmax(e)
+      a = softmax(e, xp)
       h_prev = sum(a_i * h_i for a_i, h_i in zip(a, tape_h))
       c_prev = sum(a_i * c_i for a_i, c_i in zip(a, tape_c))
       read_h = h_prev
       if name == "lstmn":
         attention.append(a)
-    h, c = lstm_cell(layer, x, h_prev, c_prev)
+    h, c = lstm_cell(layer, x, h_prev, c_prev, xp)
     tape_h.append(h)
     tape_c.append(c)
     logits = p["embed"] @ h + p["out_bias"]
-    log_probs.append(logits - logits.max() - np.log(np.exp(logits - logits.max()).sum()))
-  return np.stack(log_probs), attention
+    log_probs.append(logits - logits.max() - xp.log(xp.exp(logits - logits.max()).sum()))
+  return xp.stack(log_probs), attention
 
 
 @pytest.mark.parametrize("pos_tags", [False, True])
@@ -242,6 +243,34 @@ def test_every_parameter_receives_gradient_with_tags(name):
   zero = [jax.tree_util.keystr(path) for path, g in jax.tree_util.tree_leaves_with_path(grads)
           if not jnp.any(g != 0)]
   assert not zero, f"parameters without gradient: {zero}"
+
+
+@pytest.mark.parametrize("pos_tags", [False, True])
+@pytest.mark.parametrize("name", RECURRENT)
+def test_gradients_match_the_equations(name, pos_tags):
+  """The gradient of the log-likelihood of one sentence, through the cached keys of the
+  buffers, equals that of the equations written out step by step (`numpy_model` in
+  jax.numpy, every score recomputed from its slots)."""
+  config = tiny_config(name, pos_tags=pos_tags)
+  params = random_params(config)
+  tokens, tags, lengths = random_batch()
+  length = int(lengths[0])
+  targets = np.asarray(tokens[0, 1:length])
+
+  def model_loglik(params):
+    log_probs = jax.nn.log_softmax(models.apply(params, config, tokens[:1], lengths[:1],
+                                                tags=tags[:1]))[0]
+    return log_probs[jnp.arange(length - 1), targets].sum()
+
+  def equations_loglik(params):
+    log_probs, _ = numpy_model(params, config, np.asarray(tokens[0, :length]),
+                               np.asarray(tags[0, :length]), xp=jnp)
+    return log_probs[jnp.arange(length - 1), targets].sum()
+
+  got, want = jax.grad(model_loglik)(params), jax.grad(equations_loglik)(params)
+  for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(g, w, atol=2e-4, rtol=1e-4,
+                               err_msg=jax.tree_util.keystr(path))
 
 
 def test_first_layer_input_holds_the_context_and_the_tags():

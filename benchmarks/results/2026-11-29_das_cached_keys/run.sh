@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Training speed of the das table's attentive rows (configs/das.py: 1 x 300, batch 128, PTB)
+# before (b4639a3: every key over the whole buffer at every step) and after (2d341c3: keys
+# cached when written), alternating, each run stopped by SIGINT after 150 s.
+# Usage (from the repository root, PTB in the data root or ATTNLM_DATA_DIR, a quiet machine):
+#   bash benchmarks/results/2026-11-29_das_cached_keys/run.sh OUT_DIR
+#   python benchmarks/results/2026-11-29_das_cached_keys/compare.py OUT_DIR/metrics > output.txt
+set -u
+out=$(realpath "$1"); mkdir -p "$out/metrics"
+for commit in b4639a3 2d341c3; do
+  [ -d "$out/code_$commit" ] || git worktree add --detach "$out/code_$commit" "$commit" > /dev/null
+done
+for model in lstmn das das_lstmn; do
+  for commit in b4639a3 2d341c3; do
+    run=$out/${model}_$commit
+    rm -rf "$run"
+    (cd "$out/code_$commit" && timeout -s INT 150 python -m attnlm_jax.main \
+      --config=configs/das.py:model=$model --config.train.log_every_steps=10 \
+      --config.train.save_every_steps=0 --workdir="$run" > "$run.log" 2>&1)
+    echo "$model $commit exit $?"
+    cp "$run/metrics.jsonl" "$out/metrics/${model}_$commit.jsonl"
+  done
+done
