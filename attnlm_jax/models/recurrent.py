@@ -108,20 +108,22 @@ def weighted_sum(weights: jax.Array, states: jax.Array) -> jax.Array:
   return nn.einsum("bl,bld->bd", weights, states)
 
 
-def _streams(params: dict) -> list[str]:
-  """The DAS input streams that `params` attend over, in `STREAMS` order."""
-  return [stream for stream in STREAMS if stream in params]
+def _stream_slices(params: dict) -> list[tuple[str, slice]]:
+  """(name, its slice of the buffer's features) of each DAS input stream that `params` attend
+  over, in `STREAMS` order (the order their embeddings are concatenated)."""
+  slices, start = [], 0
+  for stream in (s for s in STREAMS if s in params):
+    size = params[stream]["w_w"].shape[0]
+    slices.append((stream, slice(start, start + size)))
+    start += size
+  return slices
 
 
 def das_keys(params: dict, inputs: jax.Array, compute_dtype=jnp.float32) -> jax.Array:
   """Every stream's `das_key` of inputs [..., D], each stream over its own slice of the
-  features (`STREAMS` order): [..., streams, A]."""
-  keys, start = [], 0
-  for stream in _streams(params):
-    size = params[stream]["w_w"].shape[0]
-    keys.append(das_key(params[stream], inputs[..., start:start + size], compute_dtype))
-    start += size
-  return jnp.stack(keys, axis=-2)
+  features (`_stream_slices`): [..., streams, A]."""
+  return jnp.stack([das_key(params[stream], inputs[..., features], compute_dtype)
+                    for stream, features in _stream_slices(params)], axis=-2)
 
 
 def das_read(params: dict, inputs: memory_lib.Memory, h_prev: jax.Array,
@@ -130,17 +132,15 @@ def das_read(params: dict, inputs: memory_lib.Memory, h_prev: jax.Array,
   and their cached `das_keys`.
 
   params: stream name -> that stream's attention; each stream reads its own slice of the
-  buffer's features, in `STREAMS` order. Returns (context [B, D], stream -> weights [B, L]).
+  buffer's features (`_stream_slices`). Returns (context [B, D], stream -> weights [B, L]).
   """
-  contexts, weights, start = [], {}, 0
-  for index, stream in enumerate(_streams(params)):
-    size = params[stream]["w_w"].shape[0]
-    history = inputs.states[..., start:start + size]
+  contexts, weights = [], {}
+  for index, (stream, features) in enumerate(_stream_slices(params)):
+    history = inputs.states[..., features]
     weights[stream] = nn.masked_softmax(
         das_scores(params[stream], inputs.keys[..., index, :], h_prev, compute_dtype),
         inputs.mask)
     contexts.append(weighted_sum(weights[stream], history))
-    start += size
   return jnp.concatenate(contexts, axis=-1), weights
 
 
