@@ -1,6 +1,7 @@
 """What the networks with an extra output layer predict during their slow start.
 
     python docs/results/salton_ptb/probes/slow_start/probe.py [--hidden_size=200] [--steps=300]
+        [--variants=none,proj,proj_lr0.5,released]
     python docs/results/salton_ptb/probes/slow_start/probe.py --table=OUTPUT   # the README's table
 
 (from the repository root, the corpus where configs/ptb.py finds it) trains each variant below
@@ -45,6 +46,7 @@ VARIANTS = {
 flags.DEFINE_integer("hidden_size", 200, "Units of each of the 2 LSTM layers.")
 flags.DEFINE_integer("steps", 300, "Training steps of each variant.")
 flags.DEFINE_integer("every", 25, "Steps per printed line.")
+flags.DEFINE_list("variants", list(VARIANTS), "The variants to train, in this order.")
 flags.DEFINE_string("table", None, "Print the markdown table of this output file instead.")
 TABLE_STEPS = (100, 200, 300)   # The table's columns: the 25 steps that end at each.
 FLAGS = flags.FLAGS
@@ -127,7 +129,7 @@ def print_table(path: str) -> None:
                                        for s in TABLE_STEPS) + " | out_bias_entropy at "
         f"{TABLE_STEPS[-1]} |")
   print("|---|" + "---|" * (len(TABLE_STEPS) + 1))
-  for name in VARIANTS:
+  for name in [name for name in VARIANTS if (name, TABLE_STEPS[-1]) in found]:
     cells = [f"{found[name, s]['loss']:.2f} / {found[name, s]['entropy']:.2f}, "
              f"{found[name, s]['clipped']:.2f}" for s in TABLE_STEPS]
     print(f"| `{name}` | " + " | ".join(cells) +
@@ -140,10 +142,10 @@ def main(argv):
     print_table(FLAGS.table)
     return
   print(json.dumps({"variants": {
-      name: {"config": spec, "overrides": overrides} for name, (spec, overrides)
-      in VARIANTS.items()}}), flush=True)
-  for name, (spec, overrides) in VARIANTS.items():
-    run(name, spec, overrides)
+      name: {"config": VARIANTS[name][0], "overrides": VARIANTS[name][1]}
+      for name in FLAGS.variants}}), flush=True)
+  for name in FLAGS.variants:
+    run(name, *VARIANTS[name])
 
 
 if __name__ == "__main__":
