@@ -36,12 +36,14 @@ from attnlm_jax import models
 from attnlm_jax.models import losses
 from attnlm_jax.training import steps as steps_lib
 
-# name: (config file and argument, overrides).
+# name: (config file and argument, config overrides, the factor on the output layer's updates:
+# its parameters (`head`: W and b of h' = tanh(W h + b)) step that much less far).
 VARIANTS = {
-    "none": ("configs/ptb.py:score=none", {}),
-    "proj": ("configs/ptb.py:score=proj", {}),
-    "proj_lr0.5": ("configs/ptb.py:score=proj", {"train.learning_rate": 0.5}),
-    "released": ("configs/released.py:score=single,memory=zero_slot", {}),
+    "none": ("configs/ptb.py:score=none", {}, 1.0),
+    "proj": ("configs/ptb.py:score=proj", {}, 1.0),
+    "proj_lr0.5": ("configs/ptb.py:score=proj", {"train.learning_rate": 0.5}, 1.0),
+    "proj_head_lr0.1": ("configs/ptb.py:score=proj", {}, 0.1),
+    "released": ("configs/released.py:score=single,memory=zero_slot", {}, 1.0),
 }
 flags.DEFINE_integer("hidden_size", 200, "Units of each of the 2 LSTM layers.")
 flags.DEFINE_integer("steps", 300, "Training steps of each variant.")
@@ -62,7 +64,7 @@ def load_config(spec: str, overrides: dict):
   return config
 
 
-def make_step(config):
+def make_step(config, head_factor: float):
   optimizer = steps_lib.make_optimizer(config.train)
 
   def loss_and_stats(params, batch, rng):
@@ -82,17 +84,19 @@ def make_step(config):
   def step(params, opt_state, batch, rng):
     (_, stats), grads = jax.value_and_grad(loss_and_stats, has_aux=True)(params, batch, rng)
     updates, opt_state = optimizer.update(grads, opt_state, params)
+    if "head" in updates:
+      updates = {**updates, "head": jax.tree.map(lambda u: head_factor * u, updates["head"])}
     return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads), stats
 
   return optimizer, step
 
 
-def run(name: str, spec: str, overrides: dict) -> None:
+def run(name: str, spec: str, overrides: dict, head_factor: float) -> None:
   config = load_config(spec, overrides)
   data = data_lib.load(config.data)
   config.model.vocab_size = len(data.vocab)
   params = models.init(jax.random.key(config.seed), config.model)
-  optimizer, step = make_step(config)
+  optimizer, step = make_step(config, head_factor)
   opt_state = optimizer.init(params)
   rng = jax.random.key(1)
   window = []
@@ -142,7 +146,7 @@ def main(argv):
     print_table(FLAGS.table)
     return
   print(json.dumps({"variants": {
-      name: {"config": VARIANTS[name][0], "overrides": VARIANTS[name][1]}
+      name: dict(zip(("config", "overrides", "head_update_factor"), VARIANTS[name]))
       for name in FLAGS.variants}}), flush=True)
   for name in FLAGS.variants:
     run(name, *VARIANTS[name])
