@@ -1,11 +1,12 @@
-"""What the networks with an extra output layer predict during their slow start.
+"""Why the networks with an extra output layer start slowly: what they predict, and what
+changes when only that layer's updates are scaled down (`proj_head_lr0.1`).
 
     python docs/results/salton_ptb/probes/slow_start/probe.py [--hidden_size=200] [--steps=300]
-        [--variants=none,proj,proj_lr0.5,released]
+        [--variants=none,proj,proj_lr0.5,proj_head_lr0.1,released]
     python docs/results/salton_ptb/probes/slow_start/probe.py --table=OUTPUT   # the README's table
 
 (from the repository root, the corpus where configs/ptb.py finds it) trains each variant below
-from the same initial parameters on the first batches of epoch 1, with the project's optimizer
+from its config's initial parameters on the first batches of epoch 1, with the project's optimizer
 (`steps.make_optimizer`: the gradient clipped at global norm 5, then SGD), and prints one JSON
 line per 25 steps for each variant:
 
@@ -37,7 +38,7 @@ from attnlm_jax.models import losses
 from attnlm_jax.training import steps as steps_lib
 
 # name: (config file and argument, config overrides, the factor on the output layer's updates:
-# its parameters (`head`: W and b of h' = tanh(W h + b)) step that much less far).
+# its parameters, `head` (W and b of h' = tanh(W h + b)), step that much less far).
 VARIANTS = {
     "none": ("configs/ptb.py:score=none", {}, 1.0),
     "proj": ("configs/ptb.py:score=proj", {}, 1.0),
