@@ -23,7 +23,6 @@ line per 25 steps for each variant:
 
 import itertools
 import json
-import runpy
 
 from absl import app
 from absl import flags
@@ -33,6 +32,7 @@ import numpy as np
 import optax
 
 from attnlm_jax import data as data_lib
+from attnlm_jax.common import config_files
 from attnlm_jax import models
 from attnlm_jax.models import losses
 from attnlm_jax.training import steps as steps_lib
@@ -53,16 +53,6 @@ flags.DEFINE_list("variants", list(VARIANTS), "The variants to train, in this or
 flags.DEFINE_string("table", None, "Print the markdown table of this output file instead.")
 TABLE_STEPS = (100, 200, 300)   # The table's columns: the 25 steps that end at each.
 FLAGS = flags.FLAGS
-
-
-def load_config(spec: str, overrides: dict):
-  path, arg = spec.split(":")
-  config = runpy.run_path(path)["get_config"](arg)
-  config.model.hidden_size = FLAGS.hidden_size
-  for key, value in overrides.items():
-    section, field = key.split(".")
-    config[section][field] = value
-  return config
 
 
 def make_step(config, head_factor: float):
@@ -93,7 +83,8 @@ def make_step(config, head_factor: float):
 
 
 def run(name: str, spec: str, overrides: dict, head_factor: float) -> None:
-  config = load_config(spec, overrides)
+  config = config_files.load_config(spec, {**overrides,
+                                             "model.hidden_size": FLAGS.hidden_size})
   data = data_lib.load(config.data)
   config.model.vocab_size = len(data.vocab)
   params = models.init(jax.random.key(config.seed), config.model)
