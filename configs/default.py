@@ -76,6 +76,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.train.lr_decay_after = 12         # Last epoch at the initial learning rate.
   config.train.lr_decay_divisor = 2.0      # lr divided by this every later epoch.
   config.train.grad_clip = 5.0             # Global norm clip of the gradient of sum/batch.
+  config.train.head_lr_factor = 1.0        # The output layer h'_t's lr / the others' (1.0:
+                                           # the papers; docs/training.md, "Configs").
   config.train.grad_shards = 0            # Gradient = mean over this many equal batch shards,
                                            # summed in a fixed order: the same value gives
                                            # bitwise the same run on any device count dividing

@@ -7,6 +7,8 @@ from attnlm_jax.models.lm import ATTENTION_FORMS
 from attnlm_jax.models.lm import COMPUTE_DTYPES
 from attnlm_jax.models.lm import count_params
 from attnlm_jax.models.lm import DecodeState
+from attnlm_jax.models.lm import HEAD
+from attnlm_jax.models.lm import has_output_layer
 from attnlm_jax.models.lm import default_config
 from attnlm_jax.models.lm import HIDDEN_STATES
 from attnlm_jax.models.lm import init
@@ -19,7 +21,7 @@ from attnlm_jax.models.lm import trainable
 from attnlm_jax.models.lm import uses_batch_statistics
 from attnlm_jax.models.lm import validate
 
-__all__ = ["ATTENTION_FORMS", "COMPUTE_DTYPES", "DecodeState", "HIDDEN_STATES",
+__all__ = ["ATTENTION_FORMS", "COMPUTE_DTYPES", "DecodeState", "HEAD", "HIDDEN_STATES",
            "SCORE_FUNCTIONS", "STATS", "apply", "apply_window", "count_params",
-           "default_config", "init", "init_state", "init_stream_state", "step", "trainable",
+           "default_config", "has_output_layer", "init", "init_state", "init_stream_state", "step", "trainable",
            "uses_batch_statistics", "validate"]

@@ -30,6 +30,7 @@ SCORE_FUNCTIONS = scores.SCORE_FUNCTIONS
 ATTENTION_FORMS = ("parallel", "scan")
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 STATS = "batch_stats"
+HEAD = "head"  # The parameters of the output layer h'_t (`heads`), where the model has one.
 # The hidden states `apply(return_hidden=True)` can return: "lstm", the last LSTM layer's
 # output h_t (what attention reads); "head", the output layer's h'_t (what the softmax reads:
 # h_t itself for the models without an output layer, `none` and the DAS/LSTMN models).
@@ -159,9 +160,9 @@ def init(rng: jax.Array, config) -> dict:
   if score.params:
     params["score"] = _init_from_spec(rng_score, score.params, sizes, config.init_scale)
   if head.params:
-    params["head"] = _init_from_spec(rng_head, head.params, sizes, config.init_scale)
+    params[HEAD] = _init_from_spec(rng_head, head.params, sizes, config.init_scale)
     if config.get("head_bias_init", "zeros") == "uniform":
-      params["head"]["b"] = nn.uniform_init(jax.random.fold_in(rng_head, 1), (hidden,),
+      params[HEAD]["b"] = nn.uniform_init(jax.random.fold_in(rng_head, 1), (hidden,),
                                             config.init_scale)
   if head.has_stats:
     params[STATS] = heads.init_stats(config.max_len, hidden)
@@ -172,6 +173,12 @@ def uses_batch_statistics(config) -> bool:
   """Whether training normalises with each batch's statistics (the `conv1x1` batch norm), so
   that a row's output depends on the other rows of its batch."""
   return heads.HEADS[scores.get(config.score).head].has_stats
+
+
+def has_output_layer(config) -> bool:
+  """Whether the model's output layer h'_t has parameters (`params[HEAD]`): every score but
+  `none` and the recurrent ones (`lstmn`, `das`, ...), whose h'_t is h_t."""
+  return bool(heads.HEADS[scores.get(config.score).head].params)
 
 
 def _init_from_spec(rng, spec: dict, sizes: dict, init_scale: float) -> dict:
@@ -532,7 +539,7 @@ def _head(params, config, score, query, context, valid, train, positions):
   """h'_t from the output layer of the score (and new batch-norm statistics in training);
   positions [T]: each step's position in its sentence."""
   head = heads.HEADS[score.head]
-  return head.apply(params.get("head"), query, context, valid=valid, stats=params.get(STATS),
+  return head.apply(params.get(HEAD), query, context, valid=valid, stats=params.get(STATS),
                     train=train, positions=positions, compute_dtype=_compute_dtype(config),
                     linear=config.get("head_activation", "tanh") == "linear")
 

@@ -38,6 +38,13 @@ def check_training(config: ml_collections.ConfigDict) -> None:
   if config.train.learning_rate <= 0:
     raise ConfigError(f"config.train.learning_rate = {config.train.learning_rate} must be "
                       "positive")
+  factor = config.train.head_lr_factor
+  if factor <= 0:
+    raise ConfigError(f"config.train.head_lr_factor = {factor} must be positive")
+  if factor != 1.0 and not models.has_output_layer(config.model):
+    raise ConfigError(f"config.train.head_lr_factor = {factor} scales the learning rate of "
+                      "the output layer h'_t, which config.model.score="
+                      f"{config.model.score!r} does not have: leave it at 1.0")
   if models.uses_batch_statistics(config.model) and config.data.bucket:
     raise ConfigError(f"config.model.score={config.model.score!r} normalises each step by "
                       "its batch's statistics, and config.data.bucket=True batches sentences "

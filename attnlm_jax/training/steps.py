@@ -26,18 +26,33 @@ from attnlm_jax.training import parallel
 AXIS = parallel.AXIS
 # Evaluation batches are padded in time to a multiple of this, to bound recompilations.
 EVAL_TIME_MULTIPLE = 16
+# Train fields added since runs were first saved, with the values that keep the behaviour from
+# before them (what a saved config.json without them means).
+ADDED_FIELDS = {"head_lr_factor": 1.0}
 
 
 def make_optimizer(train_config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """SGD on the gradient clipped at global norm `grad_clip`; the lr is a state hyperparameter.
 
   The learning rate lives in `opt_state.hyperparams["learning_rate"]` (optax
-  inject_hyperparams), so the update sets it per epoch and checkpoints carry it.
+  inject_hyperparams), so the update sets it per epoch and checkpoints carry it. With
+  `head_lr_factor` f != 1 the output layer h'_t (`params["head"]`) steps f times as far as
+  the other parameters: theta_head <- theta_head - f * lr * clip(g)_head. The factor is not
+  state: the optimizer state, and so a checkpoint, is the same whatever f.
   """
   def sgd_with_clipping(learning_rate, grad_clip):
     return optax.chain(optax.clip_by_global_norm(grad_clip), optax.sgd(learning_rate))
-  return optax.inject_hyperparams(sgd_with_clipping, static_args=("grad_clip",))(
+  sgd = optax.inject_hyperparams(sgd_with_clipping, static_args=("grad_clip",))(
       learning_rate=train_config.learning_rate, grad_clip=train_config.grad_clip)
+  factor = train_config.get("head_lr_factor", ADDED_FIELDS["head_lr_factor"])
+  if factor == 1.0:
+    return sgd
+
+  def update(grads, opt_state, params=None):
+    updates, opt_state = sgd.update(grads, opt_state, params)
+    head = jax.tree.map(lambda u: factor * u, updates[models.HEAD])
+    return {**updates, models.HEAD: head}, opt_state
+  return optax.GradientTransformation(sgd.init, update)
 
 
 def shard_gradients(params: dict, batch: dict, rng: jax.Array, step: jax.Array,
