@@ -19,6 +19,7 @@ from attnlm_jax.data import locations
 from attnlm_jax.data import pipeline
 from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax import models
+from attnlm_jax.training import steps
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
@@ -232,9 +233,10 @@ def write_config_and_vocab(workdir: epath.Path, config: ml_collections.ConfigDic
 
 
 def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
-  """The config.json saved in a workdir, as a locked ConfigDict. Model and data fields added
-  since the run was saved take their `models.default_config` and `pipeline.ADDED_FIELDS`
-  values (a new field's default keeps the behaviour from before it existed)."""
+  """The config.json saved in a workdir, as a locked ConfigDict. Model, data and train fields
+  added since the run was saved take their `models.default_config`, `pipeline.ADDED_FIELDS`
+  and `steps.ADDED_FIELDS` values (a new field's default keeps the behaviour from before it
+  existed)."""
   path = workdir / CONFIG_FILE
   if not path.exists():
     raise CheckpointError(f"{path} not found: pass --config=configs/NAME.py or the --workdir "
@@ -243,7 +245,8 @@ def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
   model = models.default_config()
   model.update(saved.get("model", {}))
   data = {**pipeline.ADDED_FIELDS, **saved.get("data", {})}
-  config = ml_collections.ConfigDict({**saved, "model": model, "data": data})
+  train = {**steps.ADDED_FIELDS, **saved.get("train", {})}
+  config = ml_collections.ConfigDict({**saved, "model": model, "data": data, "train": train})
   config.lock()
   return config
 

@@ -107,14 +107,16 @@ def _checkpointed_params(workdir):
   return model.step, model.params, latest, meta
 
 
-def test_saved_config_from_before_a_model_field_existed_gets_its_default(tmp_path):
+def test_saved_config_from_before_a_field_existed_gets_its_default(tmp_path):
   saved = {"model": {"score": "combined", "hidden_size": 7, "vocab_size": 11},
-           "data": {"corpus": "embedded"}}
+           "data": {"corpus": "embedded"}, "train": {"learning_rate": 0.3}}
   (tmp_path / checkpoints.CONFIG_FILE).write_text(json.dumps(saved))
   config = checkpoints.read_config(epath.Path(tmp_path))
   assert (config.model.score, config.model.hidden_size) == ("combined", 7)
   assert config.model.streaming_min_len == models.default_config().streaming_min_len
   assert config.data.corpus == "embedded"
+  assert (config.data.start_symbol, config.data.shuffle) == (True, True)
+  assert (config.train.learning_rate, config.train.head_lr_factor) == (0.3, 1.0)
   models.validate(config.model)
 
 
