@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The campaign's lane: long training commands from a queue file, one at a time.
+#
+# usage: launch/lane.sh RUN_DIR [CODE_DIR]
+#
+# RUN_DIR/queue holds one shell command per line. The lane runs the first line in CODE_DIR (a
+# clone at the commit the rows train with; default: this script's repository), writes a line to
+# RUN_DIR/lane.log when the command starts and when it ends (with its exit status), removes the
+# line when the command exits 0 or 1, and goes on until the queue is empty. Any other status (a
+# signal: the session ended, or the lane was stopped) stops the lane and keeps the line, so
+# that starting the lane again resumes that row from its checkpoint.
+#
+# SIGTERM or SIGINT to the lane is passed on to the command's whole process group (training
+# saves its step on it), and the lane waits for the command to finish saving.
+set -u
+
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: launch/lane.sh RUN_DIR [CODE_DIR]  (RUN_DIR/queue: one command per line)" >&2
+  exit 2
+fi
+run_dir=$1
+code_dir=${2:-$(cd "$(dirname "$0")/.." && pwd)}
+queue=$run_dir/queue
+if [ ! -f "$queue" ]; then
+  echo "error: no queue file $queue; write one command per line into it" >&2
+  exit 2
+fi
+if [ ! -d "$code_dir" ]; then
+  echo "error: no code directory $code_dir; clone the repository there" >&2
+  exit 2
+fi
+
+set -m  # each command runs in a process group of its own, which a signal reaches whole
+command_pid=
+stop() {
+  if [ -z "$command_pid" ]; then exit 143; fi  # between two commands: nothing to save
+  kill -TERM -- "-$command_pid" 2>/dev/null
+}
+trap stop TERM INT
+
+log() { echo "$(date -u +%FT%TZ) $*" >> "$run_dir/lane.log"; }
+
+while line=$(head -n 1 "$queue") && [ -n "$line" ]; do
+  log "start: $line"
+  (cd "$code_dir" && exec bash -c "$line") &
+  command_pid=$!
+  wait "$command_pid"
+  status=$?
+  while kill -0 "$command_pid" 2>/dev/null; do  # a signal to the lane interrupted the wait
+    wait "$command_pid"
+    status=$?
+  done
+  command_pid=
+  log "end ($status): $line"
+  if [ "$status" -ne 0 ] && [ "$status" -ne 1 ]; then
+    exit "$status"
+  fi
+  tail -n +2 "$queue" > "$queue.tmp" && mv "$queue.tmp" "$queue"
+done
