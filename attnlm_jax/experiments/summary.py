@@ -1,7 +1,7 @@
-"""The results tables of the README, of each table's page and of the salton_ptb findings
-(`findings.py`), written from the committed results files (`docs/results/<table>/results.json`
-and `testtime.json`, the newest benchmarks in `benchmarks/results/`), so that every figure
-there is a file's value.
+"""The results tables of the README, of each table's page (with its verdicts over seeds,
+`seeds.py`) and of the salton_ptb findings (`findings.py`), written from the committed results
+files (`docs/results/<table>/results.json` and `testtime.json`, the newest benchmarks in
+`benchmarks/results/`), so that every figure there is a file's value.
 
     python -m attnlm_jax.experiments.summary          # rewrites the tables in place
     python -m attnlm_jax.experiments.summary --check  # exit status 1 when one is out of date
@@ -19,19 +19,14 @@ from attnlm_jax.experiments import findings
 from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
+from attnlm_jax.experiments import seeds
 from attnlm_jax.experiments import tables
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 RESULTS_DIR = "docs/results"
 BENCHMARKS_DIR = "benchmarks/results"
-SEED_SUFFIX = re.compile(r"_seed\d+$")
 TESTTIME_METHODS = (("cache", "cache"), ("dynamic_sgd", "dynamic SGD"),
                     ("dynamic_rms", "dynamic RMS"))
-
-
-def base_row(name: str) -> str:
-  """The row a seed row repeats ("single_seed1" -> "single"); a row's own name otherwise."""
-  return SEED_SUFFIX.sub("", name)
 
 
 def _order(path: pathlib.Path) -> tuple[int, str]:
@@ -67,14 +62,14 @@ def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[s
   for row in table["rows"]:
     test = (row.get("differences") or {}).get("test")
     if row["status"] == row_status.FINISHED and test:
-      seeds.setdefault(base_row(row["name"]), []).append(test["percent"])
+      seeds.setdefault(tables.base_row(row["name"]), []).append(test["percent"])
   lines = []
   for row in table["rows"]:
     paper = row.get("paper")
     if row["status"] != row_status.FINISHED:
       judged = row["status"]
     elif paper:
-      judged = printed.verdict(seeds.get(base_row(row["name"]), []))
+      judged = printed.verdict(seeds.get(tables.base_row(row["name"]), []))
     elif row.get("test_accuracy") is not None:  # The POS tagger: no perplexity.
       judged = f"tagging accuracy {100 * row['test_accuracy']:.1f}%"
     else:
@@ -168,8 +163,12 @@ def blocks(repository: pathlib.Path) -> dict[pathlib.Path, dict[str, str]]:
       "performance_table": performance_table(repository)}}
   for table in _tables(repository):
     page = repository / RESULTS_DIR / table["table"] / "README.md"
+    known = tables.TABLES.get(table["table"])
+    comparisons = known.comparisons if known else ()
     if page.exists():
       pages[page] = {"results_table": results_table(repository, only=table["table"])}
+      if comparisons:
+        pages[page]["seeds_table"] = seeds.seeds_table(table, comparisons)
     page = repository / RESULTS_DIR / table["table"] / findings.PAGE
     if table["table"] == findings.TABLE and page.exists():
       pages[page] = {"findings_table": findings.findings_table(table)}

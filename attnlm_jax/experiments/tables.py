@@ -4,6 +4,7 @@ overrides and the printed row it is set beside (`printed.PAPER_RESULTS`), the PO
 
 import dataclasses
 import pathlib
+import re
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from etils import epath
@@ -61,11 +62,13 @@ class Table:
   """A published table: its title and rows (a row's dependencies come before it), and
   `reference`, a row that the others are compared with epoch by epoch on the page ("": none),
   and `tolerance`, when the page should say whether each row stays within that many percent
-  of it at every epoch (None: the comparison alone)."""
+  of it at every epoch (None: the comparison alone), and `comparisons`, pairs (row, against)
+  that the page judges over every seed of each (`seeds.py`)."""
   title: str
   rows: tuple[Row, ...]
   reference: str = ""
   tolerance: Optional[float] = None
+  comparisons: tuple[tuple[str, str], ...] = ()
 
 
 # A 1 x 16 model, 50 batches of rows cut to 10 tokens and 2 epochs: seconds per row.
@@ -87,6 +90,14 @@ HEAD_LR_OVERRIDES = {"train.head_lr_factor": 0.1}
 def seed_overrides(seed: int) -> dict:
   """A row's overrides for another seed of its parameters, dropout and batch order."""
   return {"seed": seed, "data.seed": seed}
+
+
+SEED_SUFFIX = re.compile(r"_seed\d+$")
+
+
+def base_row(name: str) -> str:
+  """The row a seed row repeats ("single_seed1" -> "single"); a row's own name otherwise."""
+  return SEED_SUFFIX.sub("", name)
 
 
 # The stopping rule of the paper-scale rows: the recipe halves the learning rate every
@@ -117,12 +128,14 @@ RELEASED_ROWS = (
 
 def _salton_table(title: str, config_file: str, corpus: str,
                   stopping_rule: Sequence[str] = (), seeds: Sequence[str] = (),
-                  extra: Sequence[Row] = ()) -> Table:
+                  extra: Sequence[Row] = (),
+                  comparisons: tuple[tuple[str, str], ...] = ()) -> Table:
   """The six paper-scale rows of the Salton papers' tables on `corpus`: the baseline, the
   `proj` control, the Attentive LM's two scores, the averaging LM and 1x1-conv attention;
   the rows named in `stopping_rule` end after epoch 22 (`STOPPING_RULE`); each score named in
   `seeds` has a second row, SCORE_seed1, with seed 1 for its parameters, dropout and batch
-  order; `extra` rows follow; the page compares every row with `none` epoch by epoch."""
+  order; `extra` rows follow; the page compares every row with `none` epoch by epoch, and
+  judges the pairs of `comparisons` over every seed of each."""
   printed = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
              "average": "Averaging RNN-LM", "conv1x1": "LSTM + 1x1 convolutional attention"}
   ruled = lambda score: score in stopping_rule
@@ -136,7 +149,8 @@ def _salton_table(title: str, config_file: str, corpus: str,
 
   scores = ("none", "proj", "single", "combined", "average", "conv1x1")
   return Table(title, tuple(row(score, 0) for score in scores)
-               + tuple(row(score, 1) for score in seeds) + tuple(extra), reference="none")
+               + tuple(row(score, 1) for score in seeds) + tuple(extra), reference="none",
+               comparisons=comparisons)
 
 
 TABLES = {
@@ -148,7 +162,9 @@ TABLES = {
     "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",
                                 "ptb.py", "ptb",
                                 stopping_rule=("none", "proj", "combined", "average", "conv1x1"),
-                                seeds=("none", "proj", "single"), extra=RELEASED_ROWS),
+                                seeds=("none", "proj", "single"), extra=RELEASED_ROWS,
+                                comparisons=(("single", "none"), ("proj", "none"),
+                                             ("single", "proj"))),
     "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",
                                 "wikitext2.py", "wikitext2"),
     "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (
@@ -177,7 +193,9 @@ TABLES = {
             {**HEAD_LR_OVERRIDES, **seed_overrides(1)}),
         Row("single_head_lr0.1_seed1", "ptb_small.py:score=single",
             {**HEAD_LR_OVERRIDES, **seed_overrides(1)}),
-    ), reference="none"),
+    ), reference="none",
+        comparisons=(("proj_head_lr0.1", "none"), ("single_head_lr0.1", "none"),
+                     ("single_head_lr0.1", "proj_head_lr0.1"))),
     "precision": Table("bfloat16 against float32: 3 epochs of the 2 x 650 PTB `single` row", (
         Row("float32", "ptb.py:score=single", PRECISION_OVERRIDES),
         Row("bfloat16", "ptb.py:score=single",

@@ -440,6 +440,8 @@ def test_tables_are_well_formed():
   for name, table in tables.TABLES.items():
     names = [row.name for row in table.rows]
     assert len(set(names)) == len(names), name
+    for pair in table.comparisons:  # judged over seeds: both rows and a second seed of each
+      assert all(row in names and f"{row}_seed1" in names for row in pair), (name, pair)
     for index, row in enumerate(table.rows):
       assert set(row.needs) <= set(names[:index]), (name, row.name)  # needed rows come first
       if row.paper:
