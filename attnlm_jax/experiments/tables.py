@@ -126,6 +126,13 @@ RELEASED_ROWS = (
 )
 
 
+# `none` in bfloat16 to the stopping rule (bf16 matmul inputs, float32 sums and state): judged
+# as a recipe, against the float32 seeds' spread (docs/results/precision/README.md).
+BFLOAT16_ROWS = (Row("none_bfloat16", "ptb.py:score=none",
+                     {**STOPPING_RULE, "model.compute_dtype": "bfloat16"},
+                     note=STOPPING_RULE_NOTE),)
+
+
 def _salton_table(title: str, config_file: str, corpus: str,
                   stopping_rule: Sequence[str] = (), seeds: Sequence[str] = (),
                   extra: Sequence[Row] = (),
@@ -162,7 +169,8 @@ TABLES = {
     "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",
                                 "ptb.py", "ptb",
                                 stopping_rule=("none", "proj", "combined", "average", "conv1x1"),
-                                seeds=("none", "proj", "single"), extra=RELEASED_ROWS,
+                                seeds=("none", "proj", "single"),
+                                extra=BFLOAT16_ROWS + RELEASED_ROWS,
                                 comparisons=(("single", "none"), ("proj", "none"),
                                              ("single", "proj"))),
     "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",

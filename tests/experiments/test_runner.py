@@ -26,9 +26,9 @@ from attnlm_jax.training import train
 import tiny_config
 
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1", "none_seed1",
-               "proj_seed1", "single_seed1", "released", "released_attention")
+               "proj_seed1", "single_seed1", "none_bfloat16", "released", "released_attention")
 STOPPING_RULE_ROWS = ("none", "proj", "combined", "average", "conv1x1", "none_seed1",
-                      "proj_seed1")
+                      "proj_seed1", "none_bfloat16")
 RELEASED_ROWS = ("released", "released_attention")   # 23 epochs: their lr halves from 14.
 
 
@@ -214,12 +214,14 @@ def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp
     assert row["epochs"] == epochs and row["status"] == "not started"
     assert row["total_tokens"] == epochs * row["tokens_per_epoch"] > 800_000 * epochs
     assert f"{row['params']:,}" in printed and row["command"] in printed
-    score, seeded, _ = row["name"].partition("_seed")
+    score, seeded, _ = row["name"].removesuffix("_bfloat16").partition("_seed")
     config = ("released.py:score=single,memory=" + ("filled" if "attention" in score
                                                      else "zero_slot")
               if score in RELEASED_ROWS else f"ptb.py:score={score}")
     assert f"--config=configs/{config}" in row["command"]
     assert ("--config.seed=1 --config.data.seed=1" in row["command"]) == bool(seeded)
+    assert ("--config.model.compute_dtype=bfloat16" in row["command"]) == (
+        row["name"] == "none_bfloat16")
   assert not (tmp_path / "table").exists()
 
 
