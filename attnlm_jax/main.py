@@ -28,6 +28,7 @@ from attnlm_jax.evaluation import ensemble
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.evaluation import rescoring
 from attnlm_jax.experiments import runner
+from attnlm_jax.experiments import tables
 from attnlm_jax.experiments import testtime_page
 from attnlm_jax import models
 from attnlm_jax.tagger import trainer as tagger_trainer
@@ -69,9 +70,9 @@ flags.DEFINE_multi_string("sentences", [], "analyze: a sentence to draw (repeat 
                           "default: three sentences of --split).")
 flags.DEFINE_list("probes", [], "analyze: agreement probe files, JSON lines (default: the "
                   "embedded corpus's set).")
-flags.DEFINE_string("table", None, "reproduce: the table to reproduce (zaremba, salton_ptb, "
-                    "salton_wt2, das, ptb_cpu, precision, demo; docs/reproduce.md); its rows "
-                    "train in WORKDIR/<row>; testtime: the table whose rows to evaluate.")
+flags.DEFINE_string("table", None, "reproduce: the table to reproduce "
+                    f"({', '.join(tables.TABLES)}; docs/reproduce.md); its rows train in "
+                    "WORKDIR/<row>; testtime: the table whose rows to evaluate.")
 flags.DEFINE_list("rows", [], "reproduce, testtime: only these rows of --table (default: "
                   "all).")
 flags.DEFINE_bool("dry_run", False, "reproduce: print the plan (rows, configs, estimated "

@@ -170,7 +170,9 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "command": row_command(row, workdir), "status": row_status.NOT_STARTED, "params": None,
             "num_epochs": config.train.num_epochs if config else None,
             "learning_rate": config.train.learning_rate if config else None,
-            "bucket": config.data.get("bucket") if config else None, "epochs_run": None,
+            "batches": (table_page.batch_kind(config.data)
+                        if config and row.kind == tables.TRAIN else None),
+            "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(runs.RUN_KEYS), "valid_curve": [],
             "ran_on": [], "code_versions": [], "epoch_seconds": {}, "fastest_epoch_seconds": {},
             "paper": None, "differences": None}

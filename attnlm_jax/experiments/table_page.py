@@ -101,15 +101,37 @@ def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
           f"{usual})." for rate, names in by_rate.items()]
 
 
+# How a row's training batches are made (`batch_kind`), in the page's words.
+BATCH_KINDS = {"bucketed": "batches of sentences of similar length",
+               "random": "batches of random sentences",
+               "corpus_order": "batches of consecutive sentences in corpus order",
+               "stream": "windows of one token stream, the state carried across them"}
+
+
+def batch_kind(data_config) -> str:
+  """A key of BATCH_KINDS for a config's `data` section."""
+  if data_config.get("span") == "stream":
+    return "stream"
+  if data_config.get("bucket"):
+    return "bucketed"
+  return "random" if data_config.get("shuffle", True) else "corpus_order"
+
+
 def _batching_notes(rows: Sequence[dict]) -> list[str]:
-  """results.md's note on the rows that train on batches of random sentences where the others'
-  are bucketed by length (the `conv1x1` batch norm needs them: docs/models.md)."""
-  random_rows = [f"`{r['name']}`" for r in rows if r.get("bucket") is False]
-  if not random_rows or not any(r.get("bucket") for r in rows):
+  """results.md's note on the rows whose batches are made otherwise than most rows' (the
+  `conv1x1` batch norm needs random sentences: docs/models.md): each kind with its rows, the
+  most common kind last, as "the other rows"."""
+  by_kind = collections.defaultdict(list)
+  for row in rows:
+    if row.get("batches"):
+      by_kind[row["batches"]].append(f"`{row['name']}`")
+  if len(by_kind) < 2:
     return []
-  return [f"- {' and '.join(random_rows)} train{'s' if len(random_rows) == 1 else ''} on "
-          "batches of random sentences, the other rows on batches of sentences of similar "
-          "length (docs/models.md)."]
+  usual = max(by_kind, key=lambda kind: len(by_kind[kind]))
+  others = [f"{' and '.join(names)} on {BATCH_KINDS[kind]}" for kind, names in by_kind.items()
+            if kind != usual]
+  return [f"- Training batches: {'; '.join(others)}; the other rows on {BATCH_KINDS[usual]} "
+          "(docs/models.md)."]
 
 
 def _ran_on_notes(rows: Sequence[dict]) -> list[str]:

@@ -160,6 +160,15 @@ def _salton_table(title: str, config_file: str, corpus: str,
                comparisons=comparisons)
 
 
+# The readings of Cao & Yu's recipe that its text leaves open (docs/results/das/README.md):
+# the stream protocol (windows of one token stream, the state carried across them) against
+# one sentence per row, and a softmax matrix of its own (the paper's eq. 15) against the tied
+# embedding; the `lstm` row under each, set beside the printed LSTM, chooses configs/das.py.
+STREAM_OVERRIDES = {"data.span": "stream", "data.bucket": False}
+UNTIED_OVERRIDES = {"model.tie_embeddings": False}
+DAS_LSTM = ("ptb", "LSTM 1x300")
+
+
 TABLES = {
     "zaremba": Table("Zaremba et al. (2015): regularized LSTMs on Penn Treebank", (
         Row("small", "zaremba.py:size=small", paper=("ptb", "Non-regularized LSTM")),
@@ -187,6 +196,13 @@ TABLES = {
         Row("interpolated", kind=INTERPOLATE, members=("das_lstmn_tags", "lstm"),
             weights=(0.5, 0.5), paper=("ptb", "DAS-LSTMN + tags, interpolated with LSTM")),
     )),
+    "das_recipe": Table("The `das` table's recipe: its LSTM row under each reading of the paper", (
+        Row("sentence_tied", "das.py:model=lstm", paper=DAS_LSTM),
+        Row("sentence_untied", "das.py:model=lstm", UNTIED_OVERRIDES, paper=DAS_LSTM),
+        Row("stream_tied", "das.py:model=lstm", STREAM_OVERRIDES, paper=DAS_LSTM),
+        Row("stream_untied", "das.py:model=lstm", {**STREAM_OVERRIDES, **UNTIED_OVERRIDES},
+            paper=DAS_LSTM),
+    ), reference="sentence_tied"),
     "ptb_cpu": Table("Attention scores on Penn Treebank, 1 x 200, on a CPU", (
         Row("none", "ptb_small.py:score=none"),
         Row("proj", "ptb_small.py:score=proj"),

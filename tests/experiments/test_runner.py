@@ -302,7 +302,7 @@ def test_unknown_tables_and_rows_are_one_line_errors_listing_the_valid_ones():
   with pytest.raises(tables.TableError) as error:
     runner.run("salton", "/tmp/unused")
   assert str(error.value) == ("unknown table 'salton': choose --table from zaremba, "
-                              "salton_ptb, salton_wt2, das, ptb_cpu, precision, demo")
+                              "salton_ptb, salton_wt2, das, das_recipe, ptb_cpu, precision, demo")
   with pytest.raises(tables.TableError) as error:
     runner.run("salton_ptb", "/tmp/unused", rows=["single", "bogus"], dry_run=True)
   assert str(error.value) == ("unknown row bogus of table salton_ptb: choose --rows from "
@@ -573,12 +573,24 @@ def test_learning_rate_notes_by_hand():
 
 def test_batching_notes_by_hand():
   notes = table_page._batching_notes  # pylint: disable=protected-access
-  rows = [{"name": "a", "bucket": True}, {"name": "b", "bucket": False},
-          {"name": "c", "bucket": None}, {"name": "d", "bucket": False}]
-  assert notes(rows) == ["- `b` and `d` train on batches of random sentences, the other rows "
-                         "on batches of sentences of similar length (docs/models.md)."]
-  assert notes(rows[:3])[0].startswith("- `b` trains on batches of random sentences")
-  assert notes(rows[1:]) == [] and notes(rows[:1]) == []   # all alike: nothing to say
+  rows = [{"name": "a", "batches": "bucketed"}, {"name": "b", "batches": "random"},
+          {"name": "c", "batches": None}, {"name": "d", "batches": "corpus_order"},
+          {"name": "e", "batches": "bucketed"}, {"name": "f", "batches": "random"}]
+  assert notes(rows) == ["- Training batches: `b` and `f` on batches of random sentences; `d` on "
+                         "batches of consecutive sentences in corpus order; the other rows on "
+                         "batches of sentences of similar length (docs/models.md)."]
+  assert notes(rows[:3]) == ["- Training batches: `b` on batches of random sentences; the other "
+                             "rows on batches of sentences of similar length (docs/models.md)."]
+  assert notes(rows[1:3]) == [] and notes(rows[:1]) == []   # all alike: nothing to say
+
+
+@pytest.mark.parametrize("overrides,kind", [
+    ({}, "bucketed"), ({"data.bucket": False}, "random"),
+    ({"data.bucket": False, "data.shuffle": False}, "corpus_order"),
+    ({"data.span": "stream", "data.bucket": False}, "stream")])
+def test_a_rows_batches_are_named_from_its_data_config(overrides, kind, tmp_path):
+  row = tables.Row("x", "das.py:model=lstm", overrides)
+  assert table_page.batch_kind(runner.row_config(row, tmp_path).data) == kind
 
 
 def test_ran_on_notes_by_hand():
