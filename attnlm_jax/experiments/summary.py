@@ -58,18 +58,18 @@ def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[s
   """One line per row of a table: its test perplexity under both rules, the printed test
   number, the difference and the verdict (over every seed of the row); `link` is the path
   from the page to the table's folder `committed` (a row's name links to its folder there)."""
-  seeds = {}
+  percents = {}  # row -> each finished seed's test difference to its printed number, %
   for row in table["rows"]:
     test = (row.get("differences") or {}).get("test")
     if row["status"] == row_status.FINISHED and test:
-      seeds.setdefault(tables.base_row(row["name"]), []).append(test["percent"])
+      percents.setdefault(tables.base_row(row["name"]), []).append(test["percent"])
   lines = []
   for row in table["rows"]:
     paper = row.get("paper")
     if row["status"] != row_status.FINISHED:
       judged = row["status"]
     elif paper:
-      judged = printed.verdict(seeds.get(tables.base_row(row["name"]), []))
+      judged = printed.verdict(percents.get(tables.base_row(row["name"]), []))
     elif row.get("test_accuracy") is not None:  # The POS tagger: no perplexity.
       judged = f"tagging accuracy {100 * row['test_accuracy']:.1f}%"
     else:
