@@ -35,7 +35,7 @@ setuptools.setup(
     extras_require={
         "test": [
             "pytest>=8,<10",
-            "pytest-xdist>=3.8,<4",
+            "pytest-xdist>=3.6,<4",
             "filelock>=4.3,<5",  # the tests' shared XLA compilation cache locks its entries
             "nbclient>=0.10,<0.12",
             "nbformat>=5.10,<6",

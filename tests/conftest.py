@@ -29,17 +29,6 @@ if SHARED_DATA.is_dir():
   os.environ["ATTNLM_DATA_DIR"] = str(SHARED_DATA)
 
 
-def pytest_collection_modifyitems(items):
-  """Puts the modules that hold a `slow` test first (otherwise in collection order).
-
-  With `-n 2 --dist loadfile --no-loadscope-reorder` (pytest.ini) the workers take whole
-  modules in this order, so the slow ones run while both workers are busy and the run ends on
-  quick modules; a slow module handed out last leaves the other worker idle until it ends.
-  """
-  slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-  items.sort(key=lambda item: item.path not in slow_modules)
-
-
 @pytest.fixture(scope="session")
 def shared_data():
   """The real corpora beside the project (`../shared/data`); skips the test when absent."""

@@ -63,7 +63,6 @@ def copy(trained, tmp_path):
   return tmp_path / "user", tmp_path / "user" / "runs" / "tiny"
 
 
-@pytest.mark.slow
 def test_every_mode_takes_relative_paths(copy):
   cwd, workdir = copy
   (cwd / "sentences.txt").write_text("the keys to the cabinet are on the table\n")
@@ -148,7 +147,6 @@ def test_no_readable_checkpoint_is_one_line_and_keeps_the_files(copy):
   assert _snapshot(workdir) == before
 
 
-@pytest.mark.slow
 def test_divergence_stops_in_one_line_and_a_smaller_lr_resumes(copy):
   cwd, workdir = copy
   checkpoints_before = _snapshot(workdir / "checkpoints")

@@ -14,7 +14,6 @@ import tiny_config
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 COMMAND = ["-m", "benchmarks.gpu", "--tiny"]
-pytestmark = pytest.mark.slow  # The whole benchmark, shrunk, in a process of its own.
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,6 @@ class Stopped(Exception):
   """A stand-in for the end of a session."""
 
 
-@pytest.mark.slow
 def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, monkeypatch):
   monkeypatch.setattr(cache, "THETAS", (0.0, 0.3))
   monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.1))

@@ -165,7 +165,6 @@ def _starts(workdir) -> list[dict]:
 
 
 # Killed after a mid-epoch checkpoint of epoch 2 (the stream's carries the windows' state).
-@pytest.mark.slow
 @pytest.mark.parametrize("overrides, kill_after, steps", [({}, 65, 100), (STREAM, 85, 122)],
                          ids=["sentence", "stream"])
 def test_kill_9_then_rerun_ends_like_an_uninterrupted_run(tmp_path, uninterrupted, overrides,
@@ -189,7 +188,6 @@ def test_kill_9_then_rerun_ends_like_an_uninterrupted_run(tmp_path, uninterrupte
 # SIGTERM (a preemption) and SIGINT (Ctrl-C) in the middle of epoch 2: the run saves the step
 # it is in (no step lost: the next run starts where it stopped), exits 128 + the signal with
 # one line, and the rerun ends bitwise like an uninterrupted run.
-@pytest.mark.slow
 @pytest.mark.parametrize("signal_number, overrides, signal_after, steps_per_epoch", [
     (signal.SIGTERM, {}, 60, 50), (signal.SIGINT, STREAM, 70, 61)], ids=["SIGTERM", "SIGINT"])
 def test_signal_saves_the_step_and_the_rerun_ends_like_an_uninterrupted_run(
@@ -216,7 +214,6 @@ def test_signal_saves_the_step_and_the_rerun_ends_like_an_uninterrupted_run(
   _assert_ends_like(uninterrupted(overrides), workdir)
 
 
-@pytest.mark.slow
 def test_a_second_run_on_the_workdir_is_refused_and_the_first_goes_on(tmp_path, uninterrupted):
   workdir = tmp_path / "run"
   first = _start(workdir)

@@ -202,7 +202,6 @@ def _records(path) -> list[dict]:
   return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines()]
 
 
-@pytest.mark.slow
 def test_one_demo_epoch_gives_the_same_perplexity_on_one_and_two_devices(demo_epochs):
   """configs/demo.py (dropout on, its fixed `grad_shards`) for one epoch, as separate
   processes with 1 and 2 host devices: the same run (docs/training.md, "Devices")."""
@@ -211,7 +210,6 @@ def test_one_demo_epoch_gives_the_same_perplexity_on_one_and_two_devices(demo_ep
   assert one["test_perplexity"] == pytest.approx(two["test_perplexity"], rel=1e-3)
 
 
-@pytest.mark.slow
 def test_one_demo_epoch_retrains_the_committed_log(demo_epochs):
   """The 1-device run against the committed log of the same command: every loss and
   perplexity bit for bit on the CPU (model, vector extensions, count) and jax version that
