@@ -73,8 +73,13 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
 
   config.train = ml_collections.ConfigDict()
   config.train.learning_rate = 1.0         # SGD learning rate of the first epochs.
+  config.train.lr_schedule = "epochs"      # "epochs": lr divided every epoch after
+                                           # lr_decay_after; "plateau": divided after each
+                                           # epoch that leaves valid perplexity on a plateau.
   config.train.lr_decay_after = 12         # Last epoch at the initial learning rate.
   config.train.lr_decay_divisor = 2.0      # lr divided by this every later epoch.
+  config.train.lr_plateau_improvement = 0.0  # "plateau": an epoch that lowers the best valid
+                                           # perplexity by less than this fraction decays lr.
   config.train.grad_clip = 5.0             # Global norm clip of the gradient of sum/batch.
   config.train.head_lr_factor = 1.0        # The output layer h'_t's lr / the others' (1.0:
                                            # the papers; docs/training.md, "Configs").

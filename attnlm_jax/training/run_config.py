@@ -6,6 +6,7 @@ import ml_collections
 from attnlm_jax.common.errors import ConfigError
 from attnlm_jax import models
 from attnlm_jax.tagger import tagging
+from attnlm_jax.training import schedules
 
 
 def complete(config: ml_collections.ConfigDict, vocab_size: int) -> ml_collections.ConfigDict:
@@ -38,6 +39,12 @@ def check_training(config: ml_collections.ConfigDict) -> None:
   if config.train.learning_rate <= 0:
     raise ConfigError(f"config.train.learning_rate = {config.train.learning_rate} must be "
                       "positive")
+  if config.train.lr_schedule not in schedules.SCHEDULES:
+    raise ConfigError(f"config.train.lr_schedule = {config.train.lr_schedule!r} is not a "
+                      f"schedule: use one of {', '.join(schedules.SCHEDULES)}")
+  if not 0.0 <= config.train.lr_plateau_improvement < 1.0:
+    raise ConfigError("config.train.lr_plateau_improvement = "
+                      f"{config.train.lr_plateau_improvement} must be a fraction in [0, 1)")
   factor = config.train.head_lr_factor
   if factor <= 0:
     raise ConfigError(f"config.train.head_lr_factor = {factor} must be positive")

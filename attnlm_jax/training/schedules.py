@@ -1,8 +1,12 @@
-"""The papers' learning-rate schedules and early stopping on validation perplexity.
+"""Learning-rate schedules and early stopping on validation perplexity.
 
 Salton et al. (PTB, after Zaremba et al. 2015): lr 1.0, halved every epoch after epoch 12.
 WikiText-2: lr 1.0, divided by 1.15 every epoch after epoch 14. Both are one rule,
-`lr(epoch) = lr0 / divisor ** max(0, epoch - decay_after)` with 1-based epochs.
+`lr(epoch) = lr0 / divisor ** max(0, epoch - decay_after)` with 1-based epochs
+(`config.train.lr_schedule = "epochs"`). The other rule, `"plateau"`, divides the learning
+rate whenever an epoch leaves validation perplexity on a plateau, as pytorch/examples'
+word_language_model does (`PlateauDecay`).
+
 Training stops when validation perplexity has not improved for `patience` epochs, and the
 parameters roll back to those of the best epoch.
 """
@@ -11,6 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Optional
+
+import ml_collections
+
+# config.train.lr_schedule: the fixed rule of the papers, or decay on a validation plateau.
+SCHEDULES = ("epochs", "plateau")
 
 
 def learning_rate(epoch: int, base: float, decay_after: int, divisor: float) -> float:
@@ -23,6 +32,52 @@ def learning_rate(epoch: int, base: float, decay_after: int, divisor: float) -> 
     divisor: the factor the learning rate is divided by in every later epoch (2.0 halves).
   """
   return base / divisor ** max(0, epoch - decay_after)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlateauDecay:
+  """The learning rate divided on a plateau of validation perplexity.
+
+  lr = lr0 / divisor ** decays, where `decays` counts the epochs whose validation perplexity
+  p_e was not below (1 - min_improvement) * min(p_1 .. p_{e-1}). With min_improvement 0 this
+  is pytorch/examples' word_language_model (which divides by 4 after any epoch that does not
+  improve); a positive threshold also decays when an epoch improves, but by too little.
+
+  Attributes:
+    min_improvement: the relative improvement an epoch needs to keep the learning rate.
+    best_perplexity: the lowest validation perplexity so far (None before the first epoch).
+    decays: epochs so far that left the perplexity on a plateau.
+  """
+  min_improvement: float
+  best_perplexity: Optional[float] = None
+  decays: int = 0
+
+  def update(self, perplexity: float) -> PlateauDecay:
+    """The state after an epoch with this validation perplexity."""
+    if self.best_perplexity is None:
+      return dataclasses.replace(self, best_perplexity=perplexity)
+    plateau = perplexity >= self.best_perplexity * (1.0 - self.min_improvement)
+    return dataclasses.replace(self, best_perplexity=min(perplexity, self.best_perplexity),
+                               decays=self.decays + int(plateau))
+
+  def to_dict(self) -> dict:
+    """A JSON-serialisable form (saved in every checkpoint)."""
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, state: dict) -> PlateauDecay:
+    """Inverse of `to_dict`."""
+    return cls(**state)
+
+
+def epoch_learning_rate(train_config: ml_collections.ConfigDict, epoch: int,
+                        plateau: PlateauDecay) -> float:
+  """The learning rate of a 1-based `epoch` under `train_config.lr_schedule`: "epochs"
+  (`learning_rate`) or "plateau" (lr0 / divisor ** plateau.decays, `PlateauDecay`)."""
+  if train_config.lr_schedule == "plateau":
+    return train_config.learning_rate / train_config.lr_decay_divisor ** plateau.decays
+  return learning_rate(epoch, train_config.learning_rate, train_config.lr_decay_after,
+                       train_config.lr_decay_divisor)
 
 
 @dataclasses.dataclass(frozen=True)

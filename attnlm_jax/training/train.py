@@ -205,6 +205,8 @@ class _Session:
     self.step = int(self.state["step"])
     self.last_good = self.step if restored else None   # The step of the last checkpoint.
     self.stopping = schedules.EarlyStopping.from_dict(self.meta["early_stopping"])
+    self.plateau = schedules.PlateauDecay.from_dict(self.meta.get(  # Older checkpoints lack it.
+        "plateau", schedules.PlateauDecay(config.train.lr_plateau_improvement).to_dict()))
     self.writer = logging_utils.MetricWriter(workdir, enabled=self.is_writer)
     self._write_start()
     self.train_step = steps.TrainStep(config)
@@ -231,7 +233,9 @@ class _Session:
     self.state = jax.device_get(steps.initial_state(self.config, params))
     self.meta = {"epoch": 0, "epoch_done": True, "iterator": None, "batches_done": 0,
                  "train_seconds": 0.0,
-                 "early_stopping": schedules.EarlyStopping(self.config.train.patience).to_dict()}
+                 "early_stopping": schedules.EarlyStopping(self.config.train.patience).to_dict(),
+                 "plateau": schedules.PlateauDecay(
+                     self.config.train.lr_plateau_improvement).to_dict()}
     restored = self.ckpt.restore_latest(self.state)
     if restored is not None:
       self.state, self.meta = restored
@@ -288,8 +292,7 @@ class _Session:
     loss every `log_every_steps` and saving every `save_every_steps`; on a signal, saves and
     raises preemption.Stopped."""
     tc, meta = self.config.train, self.meta
-    self.lr = schedules.learning_rate(epoch, tc.learning_rate, tc.lr_decay_after,
-                                      tc.lr_decay_divisor)
+    self.lr = schedules.epoch_learning_rate(tc, epoch, self.plateau)
     p_lr = parallel.replicate(np.float32(self.lr))
     iterator = self.data.train_iterator(epoch, jax.process_index(), jax.process_count())
     resuming = epoch == meta["epoch"] and not meta["epoch_done"]
@@ -343,6 +346,7 @@ class _Session:
                       self.lr, self.last_good)
     self.epochs = epoch
     self.stopping = self.stopping.update(epoch, valid["perplexity"])
+    self.plateau = self.plateau.update(valid["perplexity"])
     self._save(epoch, True, None, self.num_batches, None, valid["perplexity"])
     train_loss = self.epoch_sums["nll"] / max(self.epoch_sums["tokens"], 1)
     self.writer.write_scalars(self.step, {
@@ -408,7 +412,7 @@ class _Session:
                         else self.first_carry)
     saved_meta = {"epoch": epoch, "epoch_done": epoch_done, "iterator": iterator_state,
                   "batches_done": batches_done, "train_seconds": self.train_seconds(),
-                  "early_stopping": self.stopping.to_dict()}
+                  "early_stopping": self.stopping.to_dict(), "plateau": self.plateau.to_dict()}
     if not epoch_done:  # The epoch's training loss so far, for its record after a resume.
       pending = parallel.first_replica(self.p_state.totals)
       saved_meta["epoch_sums"] = {"nll": self.epoch_sums["nll"] + float(pending["nll"]),

@@ -1,5 +1,6 @@
-"""The papers' learning-rate schedules and early stopping."""
+"""The learning-rate schedules and early stopping."""
 
+import ml_collections
 import pytest
 
 from attnlm_jax.training import schedules
@@ -37,3 +38,36 @@ def test_early_stopping_resets_patience_on_improvement():
 def test_early_stopping_round_trips_through_a_dict():
   state = schedules.EarlyStopping(patience=3).update(1, 5.0).update(2, 6.0)
   assert schedules.EarlyStopping.from_dict(state.to_dict()) == state
+
+
+def test_plateau_decays_after_each_epoch_that_improves_by_less_than_the_threshold():
+  state = schedules.PlateauDecay(min_improvement=0.01)
+  decays = []
+  # 100 -> 98: 2% better; 97.5: 0.5% better (< 1%); 97.6: worse; 90: 7.7% better; 90: equal.
+  for ppl in [100.0, 98.0, 97.5, 97.6, 90.0, 90.0]:
+    state = state.update(ppl)
+    decays.append(state.decays)
+  assert decays == [0, 0, 1, 2, 2, 3]
+  assert state.best_perplexity == 90.0
+
+
+def test_plateau_without_threshold_decays_only_when_an_epoch_does_not_improve():
+  state = schedules.PlateauDecay(min_improvement=0.0)
+  for ppl in [100.0, 99.99, 99.99, 120.0, 50.0]:
+    state = state.update(ppl)
+  assert state.decays == 2
+
+
+def test_each_schedule_gives_its_own_learning_rate():
+  config = ml_collections.ConfigDict({"learning_rate": 1.0, "lr_decay_after": 2,
+                                      "lr_decay_divisor": 4.0, "lr_schedule": "epochs"})
+  plateau = schedules.PlateauDecay(0.0).update(10.0).update(11.0).update(12.0)  # 2 decays
+  assert schedules.epoch_learning_rate(config, 5, plateau) == 1 / 4**3
+  config.lr_schedule = "plateau"
+  assert schedules.epoch_learning_rate(config, 5, plateau) == 1 / 4**2
+  assert schedules.epoch_learning_rate(config, 5, schedules.PlateauDecay(0.0)) == 1.0
+
+
+def test_plateau_round_trips_through_a_dict():
+  state = schedules.PlateauDecay(0.01).update(5.0).update(6.0)
+  assert schedules.PlateauDecay.from_dict(state.to_dict()) == state

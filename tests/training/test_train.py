@@ -109,6 +109,29 @@ def test_early_stopping_rolls_back_to_the_best_epoch(two_runs):
              zip(jax.tree.leaves(result["params"]), jax.tree.leaves(last["params"])))
 
 
+def test_the_plateau_schedule_is_saved_and_goes_on_after_a_resume(tmp_path):
+  """Threshold 0.99: every epoch after the first leaves the perplexity on a "plateau" (none
+  lowers it by 99%), so the lr is divided by 4 after each. Epoch 3 runs in a second session
+  from epoch 2's checkpoint: its lr comes from the decay count saved there."""
+  config = tiny_config.config(train__lr_schedule="plateau", train__lr_plateau_improvement=0.99,
+                              train__lr_decay_divisor=4.0, train__patience=5)
+  train.train_and_evaluate(config, tmp_path)
+  config.train.num_epochs = 3
+  train.train_and_evaluate(config, tmp_path)
+  base = config.train.learning_rate
+  assert [e["learning_rate"] for e in _epochs(tmp_path)] == [base, base, base / 4]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("lr_schedule", "cosine", "lr_schedule = 'cosine' is not a schedule: use one of epochs, "
+                              "plateau"),
+    ("lr_plateau_improvement", 1.5, "lr_plateau_improvement = 1.5 must be a fraction")])
+def test_a_bad_schedule_is_refused_in_one_line(field, value, message):
+  config = tiny_config.config(**{f"train__{field}": value})
+  with pytest.raises(ConfigError, match=message):
+    run_config.check_training(config)
+
+
 def _filled(config, workdir):
   config.model.vocab_size = len(checkpoints.read_vocab(workdir))
   return config
