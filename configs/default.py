@@ -80,6 +80,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.train.lr_decay_divisor = 2.0      # lr divided by this every later epoch.
   config.train.lr_plateau_improvement = 0.0  # "plateau": an epoch that lowers the best valid
                                            # perplexity by less than this fraction decays lr.
+  config.train.min_learning_rate = 0.0    # Training ends before an epoch whose lr would be
+                                           # below this (0: never).
   config.train.grad_clip = 5.0             # Global norm clip of the gradient of sum/batch.
   config.train.head_lr_factor = 1.0        # The output layer h'_t's lr / the others' (1.0:
                                            # the papers; docs/training.md, "Configs").

@@ -45,6 +45,9 @@ def check_training(config: ml_collections.ConfigDict) -> None:
   if not 0.0 <= config.train.lr_plateau_improvement < 1.0:
     raise ConfigError("config.train.lr_plateau_improvement = "
                       f"{config.train.lr_plateau_improvement} must be a fraction in [0, 1)")
+  if config.train.min_learning_rate < 0:
+    raise ConfigError(f"config.train.min_learning_rate = {config.train.min_learning_rate} "
+                      "must be at least 0 (0: no floor)")
   factor = config.train.head_lr_factor
   if factor <= 0:
     raise ConfigError(f"config.train.head_lr_factor = {factor} must be positive")

@@ -267,12 +267,12 @@ class _Session:
     first_epoch = meta["epoch"] + 1 if meta["epoch_done"] else meta["epoch"]
     self.epochs = meta["epoch"] if meta["epoch_done"] else meta["epoch"] - 1
     if (not self.data.is_stream and first_epoch <= num_epochs
-        and not self.stopping.should_stop):
+        and not self._ends_before(first_epoch)):
       compile_steps(self.train_step, self.evaluator, self.p_state, self.p_rng, self.data,
                     first_epoch, self.config)
     try:
       for epoch in range(first_epoch, num_epochs + 1):
-        if self.stopping.should_stop:
+        if self._ends_before(epoch):
           break
         self._train_epoch(epoch)
         self._validate(epoch)
@@ -286,6 +286,13 @@ class _Session:
       self.writer.close()  # A remote workdir gets the log records written so far.
       raise
     return self._final_evaluation()
+
+  def _ends_before(self, epoch: int) -> bool:
+    """Whether training ends before `epoch`: `patience` epochs went by without improving, or
+    the epoch's learning rate is below `config.train.min_learning_rate`."""
+    tc = self.config.train
+    return (self.stopping.should_stop
+            or schedules.epoch_learning_rate(tc, epoch, self.plateau) < tc.min_learning_rate)
 
   def _train_epoch(self, epoch: int) -> None:
     """The training steps of `epoch` (from where a resumed session left it), logging the

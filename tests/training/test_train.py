@@ -122,7 +122,17 @@ def test_the_plateau_schedule_is_saved_and_goes_on_after_a_resume(tmp_path):
   assert [e["learning_rate"] for e in _epochs(tmp_path)] == [base, base, base / 4]
 
 
+def test_training_ends_before_an_epoch_below_the_learning_rate_floor(tmp_path):
+  config = tiny_config.config(train__learning_rate=0.5, train__lr_decay_after=1,
+                              train__lr_decay_divisor=2.0, train__min_learning_rate=0.2,
+                              train__num_epochs=4, train__patience=5)
+  result = train.train_and_evaluate(config, tmp_path)   # Epoch 3 would train at 0.125.
+  assert [e["learning_rate"] for e in _epochs(tmp_path)] == [0.5, 0.25]
+  assert result["epochs"] == 2
+
+
 @pytest.mark.parametrize("field, value, message", [
+    ("min_learning_rate", -0.1, "min_learning_rate = -0.1 must be at least 0"),
     ("lr_schedule", "cosine", "lr_schedule = 'cosine' is not a schedule: use one of epochs, "
                               "plateau"),
     ("lr_plateau_improvement", 1.5, "lr_plateau_improvement = 1.5 must be a fraction")])
