@@ -7,8 +7,9 @@ WikiText-2: lr 1.0, divided by 1.15 every epoch after epoch 14. Both are one rul
 rate whenever an epoch leaves validation perplexity on a plateau, as pytorch/examples'
 word_language_model does (`PlateauDecay`).
 
-Training stops when validation perplexity has not improved for `patience` epochs, and the
-parameters roll back to those of the best epoch.
+Training stops when validation perplexity has not improved for `patience` epochs, or before
+an epoch whose learning rate is below `config.train.min_learning_rate`; the parameters roll
+back to those of the best epoch.
 """
 
 from __future__ import annotations
