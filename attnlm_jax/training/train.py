@@ -205,8 +205,7 @@ class _Session:
     self.step = int(self.state["step"])
     self.last_good = self.step if restored else None   # The step of the last checkpoint.
     self.stopping = schedules.EarlyStopping.from_dict(self.meta["early_stopping"])
-    self.plateau = schedules.PlateauDecay.from_dict(self.meta.get(  # Older checkpoints lack it.
-        "plateau", schedules.PlateauDecay(config.train.lr_plateau_improvement).to_dict()))
+    self.plateau = schedules.PlateauDecay.from_dict(self.meta["plateau"])
     self.writer = logging_utils.MetricWriter(workdir, enabled=self.is_writer)
     self._write_start()
     self.train_step = steps.TrainStep(config)
@@ -218,7 +217,7 @@ class _Session:
     self.first_carry = (steps.initial_carry(self.state["params"], config.model,
                                             config.data.batch_size)
                         if data.is_stream else None)
-    self.seconds_before = self.meta.get("train_seconds", 0.0)  # Of the sessions before.
+    self.seconds_before = self.meta["train_seconds"]  # Of the sessions before.
     self.session_start = time.monotonic()
     self.lr = None                             # The learning rate of the epoch under way.
     self.epoch_sums = {"nll": 0.0, "tokens": 0}  # Its training loss so far.
@@ -228,8 +227,9 @@ class _Session:
 
   def _restore(self, params: dict) -> bool:
     """Sets the host state and its meta from the latest checkpoint, or the initial ones;
-    True when a checkpoint was restored. Host arrays: every process saves and restores the
-    same numpy tree (Orbax writes it once)."""
+    True when a checkpoint was restored. A key that older checkpoints lack keeps its initial
+    value. Host arrays: every process saves and restores the same numpy tree (Orbax writes it
+    once)."""
     self.state = jax.device_get(steps.initial_state(self.config, params))
     self.meta = {"epoch": 0, "epoch_done": True, "iterator": None, "batches_done": 0,
                  "train_seconds": 0.0,
@@ -238,7 +238,8 @@ class _Session:
                      self.config.train.lr_plateau_improvement).to_dict()}
     restored = self.ckpt.restore_latest(self.state)
     if restored is not None:
-      self.state, self.meta = restored
+      self.state, saved_meta = restored
+      self.meta = {**self.meta, **saved_meta}
       logging.info("resuming from step %d (epoch %d) in %s", int(self.state["step"]),
                    self.meta["epoch"], self.ckpt.directory)
     return restored is not None
