@@ -225,6 +225,8 @@ TABLES = {
                         NO_FLOOR_OVERRIDES),
         _das_recipe_row("stream_untied_plateau", STREAM_OVERRIDES, UNTIED_OVERRIDES,
                         PLATEAU_OVERRIDES, FLOOR_OVERRIDES),
+        _das_recipe_row("stream_tied_plateau", STREAM_OVERRIDES, TIED_OVERRIDES,
+                        PLATEAU_OVERRIDES, FLOOR_OVERRIDES),
     ), reference="sentence_tied"),
     "ptb_cpu": Table("Attention scores on Penn Treebank, 1 x 200, on a CPU", (
         Row("none", "ptb_small.py:score=none"),

@@ -589,7 +589,7 @@ def test_batching_notes_by_hand():
     ({"data.bucket": False, "data.shuffle": False}, "corpus_order"),
     ({"data.span": "stream", "data.bucket": False}, "stream")])
 def test_a_rows_batches_are_named_from_its_data_config(overrides, kind, tmp_path):
-  row = tables.Row("x", "das.py:model=lstm", overrides)
+  row = tables.Row("x", "ptb.py:score=none", overrides)
   assert table_page.batch_kind(runner.row_config(row, tmp_path).data) == kind
 
 
