@@ -41,7 +41,9 @@ def nll_sums(logits: jax.Array, inputs: jax.Array, targets: jax.Array,
     nll_after_first: the same without each sentence's first token (input `<eos>`), the
       paper convention's numerator;
     tokens: number of predicted tokens (sum of lengths);
-    sentences: number of rows with at least one token (filler rows have length 0).
+    sentences: number of predicted `<eos>` tokens, the sentences the batch ends (one per
+      row of the sentence protocol; the whole split's sentences once every token of it is
+      predicted, under any protocol).
   """
   mask = token_mask(lengths, targets.shape[1])
   nll = jnp.where(mask, -token_log_probs(logits, targets), 0.0)
@@ -49,7 +51,7 @@ def nll_sums(logits: jax.Array, inputs: jax.Array, targets: jax.Array,
       "nll": nll.sum(),
       "nll_after_first": jnp.where(inputs == EOS_ID, 0.0, nll).sum(),
       "tokens": mask.sum().astype(jnp.float32),
-      "sentences": (lengths > 0).sum().astype(jnp.float32),
+      "sentences": (mask & (targets == EOS_ID)).sum().astype(jnp.float32),
   }
 
 

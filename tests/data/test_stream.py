@@ -157,6 +157,40 @@ def test_causal_across_windows(score, form):
     assert np.abs(logits[:, k] - base[:, k]).max() > 1e-4
 
 
+@pytest.mark.parametrize("score", ["das", "das_lstmn"])
+def test_tag_inputs_are_carried_across_windows_and_equal_step(score):
+  """The POS-tag row of the `das` table under the stream protocol: two windows with tags
+  equal `step` fed word and tag token by token, and a tag changed at position k moves no
+  prediction before k, in either window (its own attention over the tags included)."""
+  config, params = _model(score, "scan", pos_tags=True, num_tags=5, tag_size=3)
+  tokens = _tokens()
+  tags = np.random.default_rng(1).integers(1, 5, tokens.shape).astype(np.int32)
+  full = np.full(ROWS, WINDOW, np.int32)
+
+  def two_windows(tags):
+    state = models.init_stream_state(params, config, ROWS)
+    first, state, _ = models.apply_window(params, config, tokens[:, :WINDOW], full, state,
+                                          tags=tags[:, :WINDOW])
+    second, _, _ = models.apply_window(params, config, tokens[:, WINDOW:], full, state,
+                                       tags=tags[:, WINDOW:])
+    return np.concatenate([first, second], axis=1)
+
+  windows = two_windows(tags)
+  state = models.init_stream_state(params, config, ROWS)
+  step = jax.jit(lambda state, token, tag: models.step(params, config, state, token, tag))
+  stepped = []
+  for t in range(2 * WINDOW):
+    logits, state = step(state, tokens[:, t], tags[:, t])
+    stepped.append(logits)
+  np.testing.assert_allclose(windows, np.stack(stepped, 1), atol=2e-6)
+  for k in (WINDOW - 1, WINDOW + 2):
+    changed = tags.copy()
+    changed[:, k] = changed[:, k] % 4 + 1
+    logits = two_windows(changed)
+    np.testing.assert_allclose(logits[:, :k], windows[:, :k], atol=1e-6)
+    assert np.abs(logits[:, k] - windows[:, k]).max() > 1e-4
+
+
 def test_a_score_without_a_stream_form_is_refused():
   config, params = _model("conv1x1", "parallel")
   with pytest.raises(ConfigError, match="span='sentence'"):
@@ -193,4 +227,5 @@ def test_stream_evaluation_predicts_every_token_once_on_two_devices(score):
   assert np.all(log_probs < 0)                      # every position was written
   result = steps.Evaluator(model_config)(parallel.replicate(params), data, "valid", 6)
   assert result["tokens"] == len(tokens)
+  assert result["sentences"] == int((tokens == data_lib.EOS_ID).sum())   # not windows x rows
   assert -log_probs.sum() == pytest.approx(result["nll"], rel=1e-5)

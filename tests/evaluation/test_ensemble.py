@@ -15,11 +15,14 @@ import tiny_config
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """Two tiny demo runs (one epoch each) that differ in score and seed."""
+  """Two tiny demo runs (one epoch each) that differ in score and seed, and a DAS LM under
+  the stream protocol (the `das` table's protocol)."""
   paths = []
-  for name, score, seed in (("single", "single", 0), ("lstm", "none", 1)):
+  stream = {"data__span": "stream", "data__bucket": False}
+  for name, score, seed, protocol in (("single", "single", 0, {}), ("lstm", "none", 1, {}),
+                                      ("das_stream", "das", 2, stream)):
     path = tmp_path_factory.mktemp(name)
-    config = tiny_config.config(model__score=score, train__num_epochs=1)
+    config = tiny_config.config(model__score=score, train__num_epochs=1, **protocol)
     config.seed = seed
     train.train_and_evaluate(config, path)
     paths.append(path)
@@ -57,8 +60,9 @@ def test_paper_convention_skips_each_sentences_first_token():
       np.exp(-(log_probs[1] + log_probs[2] + log_probs[4]) / 5))
 
 
-def test_a_model_interpolated_with_itself_keeps_its_perplexity(runs):
-  single = runs[0]
+@pytest.mark.parametrize("member", [0, 2], ids=["sentence", "stream"])
+def test_a_model_interpolated_with_itself_keeps_its_perplexity(runs, member):
+  single = runs[member]
   result = ensemble.interpolate([single, single], "valid", ["0.5", "0.5"])
   member = result["members"][0]
   for key in ("perplexity", "perplexity_paper_convention"):
@@ -70,6 +74,8 @@ def test_a_model_interpolated_with_itself_keeps_its_perplexity(runs):
 
 
 def test_two_model_mixture_beats_its_worse_member_and_fitted_weights_beat_equal(runs):
+  """A sentence-protocol LSTM with a stream-protocol DAS LM (the `das` table's members)."""
+  runs = runs[1:]
   equal = ensemble.interpolate(runs, "valid", [0.5, 0.5])
   worse = max(m["perplexity"] for m in equal["members"])
   assert equal["perplexity"] < worse
@@ -95,7 +101,7 @@ def test_each_member_loads_its_corpus_once(runs, monkeypatch):
 ])
 def test_bad_weights_are_refused(runs, weights, message):
   with pytest.raises(ensemble.EnsembleError, match=message):
-    ensemble.interpolate(runs, "valid", weights)
+    ensemble.interpolate(runs[:2], "valid", weights)
 
 
 def test_cli_prints_members_and_mixture_as_one_json_line(runs):

@@ -40,7 +40,7 @@ def test_nll_sums_match_hand_computation(batch):
   after_first = nll[0][1] + nll[0][2] + nll[1][1] + nll[1][3]
   np.testing.assert_allclose(sums["nll_after_first"], after_first, rtol=1e-5)
   assert float(sums["tokens"]) == 7
-  assert float(sums["sentences"]) == 2
+  assert float(sums["sentences"]) == 3             # the three <eos> predicted, not rows
 
 
 def test_loss_is_summed_nll_over_rows(batch):
