@@ -60,14 +60,14 @@ def test_paper_convention_skips_each_sentences_first_token():
       np.exp(-(log_probs[1] + log_probs[2] + log_probs[4]) / 5))
 
 
-@pytest.mark.parametrize("member", [0, 2], ids=["sentence", "stream"])
-def test_a_model_interpolated_with_itself_keeps_its_perplexity(runs, member):
-  single = runs[member]
-  result = ensemble.interpolate([single, single], "valid", ["0.5", "0.5"])
+@pytest.mark.parametrize("index", [0, 2], ids=["sentence", "stream"])
+def test_a_model_interpolated_with_itself_keeps_its_perplexity(runs, index):
+  run = runs[index]
+  result = ensemble.interpolate([run, run], "valid", ["0.5", "0.5"])
   member = result["members"][0]
   for key in ("perplexity", "perplexity_paper_convention"):
     assert result[key] == pytest.approx(member[key], rel=1e-6)
-  reference = evaluate.evaluate(evaluate.load(single), "valid")
+  reference = evaluate.evaluate(evaluate.load(run), "valid")
   for key in ("perplexity", "perplexity_paper_convention", "tokens", "sentences"):
     assert (result if key in ("tokens", "sentences") else member)[key] == pytest.approx(
         reference[key], rel=1e-5)
