@@ -204,7 +204,7 @@ TABLES = {
                                 "wikitext2.py", "wikitext2"),
     "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (
         Row("tagger", "tagger.py", kind=TAGGER),
-        Row("lstm", "das.py:model=lstm", paper=("ptb", "LSTM 1x300")),
+        Row("lstm", "das.py:model=lstm", paper=DAS_LSTM),
         Row("lstmn", "das.py:model=lstmn", paper=("ptb", "LSTMN")),
         Row("das", "das.py:model=das", paper=("ptb", "DAS LM")),
         Row("das_lstmn", "das.py:model=das_lstmn", paper=("ptb", "DAS-LSTMN")),
@@ -213,6 +213,8 @@ TABLES = {
             row_dirs={"data.tagger_dir": "tagger"}),
         Row("interpolated", kind=INTERPOLATE, members=("das_lstmn_tags", "lstm"),
             weights=(0.5, 0.5), paper=("ptb", "DAS-LSTMN + tags, interpolated with LSTM")),
+        # The `lstm` row's second seed: the spread a verdict on the printed 88.1 needs.
+        Row("lstm_seed1", "das.py:model=lstm", seed_overrides(1), paper=DAS_LSTM),
     )),
     "das_recipe": Table("The `das` table's recipe: its LSTM row under each reading of the paper", (
         _das_recipe_row("sentence_tied", SENTENCE_OVERRIDES, TIED_OVERRIDES, EPOCHS_OVERRIDES,
