@@ -6,9 +6,11 @@
 # RUN_DIR/queue holds one shell command per line. The lane runs the first line in CODE_DIR (a
 # clone at the commit the rows train with; default: this script's repository), writes a line to
 # RUN_DIR/lane.log when the command starts and when it ends (with its exit status), removes the
-# line when the command exits 0 or 1, and goes on until the queue is empty. Any other status (a
-# signal: the session ended, or the lane was stopped) stops the lane and keeps the line, so
-# that starting the lane again resumes that row from its checkpoint.
+# line when the command exits 0 or 1 (a failed line is appended to RUN_DIR/queue.failed), and
+# goes on until the queue is empty. Two failures in a row stop the lane (status 3): the
+# environment is likely broken (no venv active: every line would fail in a second). Any other
+# status (a signal: the session ended, or the lane was stopped) stops the lane and keeps the
+# line, so that starting the lane again resumes that row from its checkpoint.
 #
 # SIGTERM or SIGINT to the lane is passed on to the command's whole process group (training
 # saves its step on it), and the lane waits for the command to finish saving.
@@ -40,6 +42,7 @@ trap stop TERM INT
 
 log() { echo "$(date -u +%FT%TZ) $*" >> "$run_dir/lane.log"; }
 
+failures=0  # consecutive commands that exited 1
 while line=$(head -n 1 "$queue") && [ -n "$line" ]; do
   log "start: $line"
   (cd "$code_dir" && exec bash -c "$line") &
@@ -55,5 +58,16 @@ while line=$(head -n 1 "$queue") && [ -n "$line" ]; do
   if [ "$status" -ne 0 ] && [ "$status" -ne 1 ]; then
     exit "$status"
   fi
+  if [ "$status" -eq 1 ]; then
+    echo "$line" >> "$queue.failed"
+    failures=$((failures + 1))
+  else
+    failures=0
+  fi
   tail -n +2 "$queue" > "$queue.tmp" && mv "$queue.tmp" "$queue"
+  if [ "$failures" -ge 2 ]; then
+    log "stopped: two commands in a row failed (is the environment the rows train in active?); their lines are in $queue.failed"
+    echo "error: two commands in a row failed; their lines are in $queue.failed (is the rows' environment, e.g. .venv, active?)" >&2
+    exit 3
+  fi
 done

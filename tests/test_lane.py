@@ -43,13 +43,27 @@ def test_runs_the_queue_in_order_in_the_code_directory(tmp_path):
   result = subprocess.run(["bash", str(LANE), str(run_dir), str(code_dir)], timeout=30,
                           capture_output=True, text=True)
   assert result.returncode == 0, result.stderr
-  # A command that fails (status 1) is logged and left behind; the lane goes on.
+  # A command that fails (status 1) is logged and set aside; the lane goes on.
   assert (code_dir / "order").read_text().splitlines() == [str(code_dir), "second", "third"]
   assert _queue(run_dir) == []
+  assert (run_dir / "queue.failed").read_text() == "echo second >> order; exit 1\n"
   assert _log_events(run_dir) == [
       "start: pwd >> order", "end (0): pwd >> order",
       "start: echo second >> order; exit 1", "end (1): echo second >> order; exit 1",
       "start: echo third >> order", "end (0): echo third >> order"]
+
+
+def test_two_failures_in_a_row_stop_the_lane_and_keep_the_rest_of_the_queue(tmp_path):
+  # What a lane started without its environment sees: every command fails at once.
+  _write_queue(tmp_path, "exit 1", "echo ok", "exit 1", "false", "touch never_run")
+  result = subprocess.run(["bash", str(LANE), str(tmp_path), str(tmp_path)], timeout=30,
+                          capture_output=True, text=True)
+  assert result.returncode == 3
+  assert "two commands in a row failed" in result.stderr
+  assert _queue(tmp_path) == ["touch never_run"]
+  assert (tmp_path / "queue.failed").read_text().splitlines() == ["exit 1", "exit 1", "false"]
+  assert not (tmp_path / "never_run").exists()
+  assert _log_events(tmp_path)[-1].startswith("stopped: two commands in a row failed")
 
 
 def test_a_command_ended_by_a_signal_stops_the_lane_and_keeps_its_line(tmp_path):
