@@ -96,13 +96,17 @@ RESULTS_HEADERS = ("table", "row", "test", "test, released rule", "printed test"
 
 def results_table(repository: pathlib.Path, prefix: str = RESULTS_DIR,
                   only: Optional[str] = None) -> str:
-  """The results table of every committed table (or of table `only`), its links relative
-  to `prefix` (the path from the page to docs/results)."""
+  """The results table of every committed table, its rows that have started (the README), or
+  of every row of table `only` (its page); links relative to `prefix` (the path from the page
+  to docs/results)."""
   lines = []
   for table in _tables(repository):
-    if only in (None, table["table"]):
-      lines += results_rows(table, f"{prefix}/{table['table']}" if only is None else ".",
-                            repository / RESULTS_DIR / table["table"])
+    if only is None:
+      lines += [line for line in results_rows(table, f"{prefix}/{table['table']}",
+                                              repository / RESULTS_DIR / table["table"])
+                if line[-1] != row_status.NOT_STARTED]
+    elif only == table["table"]:
+      lines += results_rows(table, ".", repository / RESULTS_DIR / table["table"])
   return markdown.markdown_table(RESULTS_HEADERS, lines)
 
 

@@ -181,6 +181,26 @@ FLOOR_OVERRIDES = {"train.min_learning_rate": 0.001}
 DAS_LSTM = ("ptb", "LSTM 1x300")
 
 
+# Cao & Yu's language models: (row, config, printed row).
+DAS_MODELS = (
+    ("lstm", "das.py:model=lstm", DAS_LSTM),
+    ("lstmn", "das.py:model=lstmn", ("ptb", "LSTMN")),
+    ("das", "das.py:model=das", ("ptb", "DAS LM")),
+    ("das_lstmn", "das.py:model=das_lstmn", ("ptb", "DAS-LSTMN")),
+    ("das_lstmn_tags", "das.py:model=das_lstmn,tags=1", ("ptb", "DAS-LSTMN + tagging model")),
+)
+
+
+def _das_rows(seed: int) -> tuple[Row, ...]:
+  """The `das` table's language-model rows with `seed` (0: the rows themselves; else
+  ROW_seedN); a `tags=1` row reads the `tagger` row's tags."""
+  return tuple(
+      Row(name + (f"_seed{seed}" if seed else ""), config,
+          seed_overrides(seed) if seed else {}, paper=paper,
+          row_dirs={"data.tagger_dir": "tagger"} if config.endswith("tags=1") else {})
+      for name, config, paper in DAS_MODELS)
+
+
 def _das_recipe_row(name: str, *readings: Mapping[str, Any]) -> Row:
   """The `das` table's `lstm` row under the given readings of the paper."""
   overrides = {key: value for reading in readings for key, value in reading.items()}
@@ -204,18 +224,14 @@ TABLES = {
                                 "wikitext2.py", "wikitext2"),
     "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (
         Row("tagger", "tagger.py", kind=TAGGER),
-        Row("lstm", "das.py:model=lstm", paper=DAS_LSTM),
-        Row("lstmn", "das.py:model=lstmn", paper=("ptb", "LSTMN")),
-        Row("das", "das.py:model=das", paper=("ptb", "DAS LM")),
-        Row("das_lstmn", "das.py:model=das_lstmn", paper=("ptb", "DAS-LSTMN")),
-        Row("das_lstmn_tags", "das.py:model=das_lstmn,tags=1",
-            paper=("ptb", "DAS-LSTMN + tagging model"),
-            row_dirs={"data.tagger_dir": "tagger"}),
+        *_das_rows(seed=0),
         Row("interpolated", kind=INTERPOLATE, members=("das_lstmn_tags", "lstm"),
             weights=(0.5, 0.5), paper=("ptb", "DAS-LSTMN + tags, interpolated with LSTM")),
-        # The `lstm` row's second seed: the spread a verdict on the printed 88.1 needs.
-        Row("lstm_seed1", "das.py:model=lstm", seed_overrides(1), paper=DAS_LSTM),
-    )),
+        # Second seeds: the spread each verdict needs (the schedule alone set `lstm`'s two
+        # seeds 1.5 apart, as far as the printed rows are from each other).
+        *_das_rows(seed=1),
+    ), comparisons=(("lstmn", "lstm"), ("das", "lstm"), ("das_lstmn", "lstm"),
+                    ("das_lstmn_tags", "das_lstmn"))),
     "das_recipe": Table("The `das` table's recipe: its LSTM row under each reading of the paper", (
         _das_recipe_row("sentence_tied", SENTENCE_OVERRIDES, TIED_OVERRIDES, EPOCHS_OVERRIDES,
                         FLOOR_OVERRIDES),

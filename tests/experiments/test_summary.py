@@ -20,14 +20,19 @@ def test_every_readme_table_is_what_the_committed_results_files_give():
                      "attnlm_jax.experiments.summary")
 
 
-def test_the_readme_results_table_has_a_line_for_every_committed_table_row():
+def test_the_readme_results_table_has_a_line_for_every_started_row_and_the_page_for_all():
+  """The README lists each committed table's rows that have run or are running; the table's
+  own page lists every row, those not started too."""
   readme = (tiny_config.REPO / "README.md").read_text()
   block = readme.split("<!-- BEGIN results_table -->", 1)[1].split("<!-- END", 1)[0]
   for path in sorted(tiny_config.COMMITTED_RESULTS.glob("*/results.json")):
     table = json.loads(path.read_text())
+    page = (path.parent / "README.md").read_text()
     for row in table["rows"]:
-      assert f"| [{table['table']}](docs/results/{table['table']}/README.md) | " in block
-      assert f"[{row['name']}](" in block or f" | {row['name']} | " in block, row["name"]
+      line = f"| [{table['table']}](docs/results/{table['table']}/README.md) | "
+      listed = f"{line}[{row['name']}](" in block or f"{line}{row['name']} | " in block
+      assert listed == (row["status"] != "not started"), row["name"]
+      assert f"[{row['name']}](" in page or f" | {row['name']} | " in page, row["name"]
 
 
 @pytest.mark.parametrize("percents,expected", [
