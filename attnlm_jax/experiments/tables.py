@@ -227,8 +227,8 @@ TABLES = {
         *_das_rows(seed=0),
         Row("interpolated", kind=INTERPOLATE, members=("das_lstmn_tags", "lstm"),
             weights=(0.5, 0.5), paper=("ptb", "DAS-LSTMN + tags, interpolated with LSTM")),
-        # Second seeds: the spread each verdict needs (the schedule alone set `lstm`'s two
-        # seeds 1.5 apart, as far as the printed rows are from each other).
+        # Second seeds: the spread each verdict needs (where the schedule first halved set
+        # `lstm`'s two seeds 1.5 apart, as far as the printed LSTMN and DAS are below its LSTM).
         *_das_rows(seed=1),
     ), comparisons=(("lstmn", "lstm"), ("das", "lstm"), ("das_lstmn", "lstm"),
                     ("das_lstmn_tags", "das_lstmn"))),

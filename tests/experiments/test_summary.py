@@ -8,6 +8,7 @@ import pytest
 
 from attnlm_jax.experiments import findings
 from attnlm_jax.experiments import printed
+from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import summary
 import tiny_config
 
@@ -31,7 +32,7 @@ def test_the_readme_results_table_has_a_line_for_every_started_row_and_the_page_
     for row in table["rows"]:
       line = f"| [{table['table']}](docs/results/{table['table']}/README.md) | "
       listed = f"{line}[{row['name']}](" in block or f"{line}{row['name']} | " in block
-      assert listed == (row["status"] != "not started"), row["name"]
+      assert listed == (row["status"] != row_status.NOT_STARTED), row["name"]
       assert f"[{row['name']}](" in page or f" | {row['name']} | " in page, row["name"]
 
 
