@@ -79,7 +79,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.train.lr_decay_after = 12         # Last epoch at the initial learning rate.
   config.train.lr_decay_divisor = 2.0      # lr divided by this every later epoch.
   config.train.lr_plateau_improvement = 0.0  # "plateau": an epoch that lowers the best valid
-                                           # perplexity by less than this fraction decays lr.
+                                           # perplexity by less than this fraction is on a
+                                           # plateau.
+  config.train.lr_plateau_patience = 1     # "plateau": lr divided after this many plateau
+                                           # epochs in a row.
   config.train.min_learning_rate = 0.0    # Training ends before an epoch whose lr would be
                                            # below this (0: never).
   config.train.grad_clip = 5.0             # Global norm clip of the gradient of sum/batch.

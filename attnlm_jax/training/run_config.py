@@ -33,7 +33,7 @@ def check_training(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.train.grad_shards = {shards} must be a multiple of the "
                       f"{devices} devices and divide config.data.batch_size = "
                       f"{config.data.batch_size} (0: one shard per device)")
-  for field in ("num_epochs", "patience", "log_every_steps"):
+  for field in ("num_epochs", "patience", "log_every_steps", "lr_plateau_patience"):
     if config.train[field] < 1:
       raise ConfigError(f"config.train.{field} = {config.train[field]} must be at least 1")
   if config.train.learning_rate <= 0:

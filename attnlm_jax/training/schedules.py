@@ -39,27 +39,37 @@ def learning_rate(epoch: int, base: float, decay_after: int, divisor: float) -> 
 class PlateauDecay:
   """The learning rate divided on a plateau of validation perplexity.
 
-  lr = lr0 / divisor ** decays, where `decays` counts the epochs whose validation perplexity
-  p_e was not below (1 - min_improvement) * min(p_1 .. p_{e-1}). With min_improvement 0 this
-  is pytorch/examples' word_language_model (which divides by 4 after any epoch that does not
-  improve); a positive threshold also decays when an epoch improves, but by too little.
+  lr = lr0 / divisor ** decays. An epoch is on a plateau when its validation perplexity p_e
+  is not below (1 - min_improvement) * min(p_1 .. p_{e-1}); `decays` counts the runs of
+  `patience` plateau epochs in a row (the run starts again after each decay and after an
+  epoch off the plateau), as torch.optim.lr_scheduler.ReduceLROnPlateau's `patience` (which
+  waits patience + 1 epochs). With patience 1 and min_improvement 0 this is
+  pytorch/examples' word_language_model (which divides by 4 after any epoch that does not
+  improve); a positive threshold also counts an epoch that improves, but by too little.
 
   Attributes:
     min_improvement: the relative improvement an epoch needs to keep the learning rate.
+    patience: plateau epochs in a row that divide the learning rate.
     best_perplexity: the lowest validation perplexity so far (None before the first epoch).
-    decays: epochs so far that left the perplexity on a plateau.
+    decays: the divisions so far.
+    plateau_epochs: plateau epochs in a row since the last division.
   """
   min_improvement: float
+  patience: int = 1
   best_perplexity: Optional[float] = None
   decays: int = 0
+  plateau_epochs: int = 0
 
   def update(self, perplexity: float) -> PlateauDecay:
     """The state after an epoch with this validation perplexity."""
     if self.best_perplexity is None:
       return dataclasses.replace(self, best_perplexity=perplexity)
-    plateau = perplexity >= self.best_perplexity * (1.0 - self.min_improvement)
+    on_plateau = perplexity >= self.best_perplexity * (1.0 - self.min_improvement)
+    streak = self.plateau_epochs + 1 if on_plateau else 0
+    decay = streak >= self.patience
     return dataclasses.replace(self, best_perplexity=min(perplexity, self.best_perplexity),
-                               decays=self.decays + int(plateau))
+                               decays=self.decays + int(decay),
+                               plateau_epochs=0 if decay else streak)
 
   def to_dict(self) -> dict:
     """A JSON-serialisable form (saved in every checkpoint)."""

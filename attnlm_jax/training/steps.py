@@ -29,7 +29,7 @@ EVAL_TIME_MULTIPLE = 16
 # Train fields added since runs were first saved, with the values that keep the behaviour from
 # before them (what a saved config.json without them means).
 ADDED_FIELDS = {"head_lr_factor": 1.0, "lr_schedule": "epochs", "lr_plateau_improvement": 0.0,
-                "min_learning_rate": 0.0}
+                "lr_plateau_patience": 1, "min_learning_rate": 0.0}
 
 
 def make_optimizer(train_config: ml_collections.ConfigDict) -> optax.GradientTransformation:

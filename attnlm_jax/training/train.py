@@ -235,7 +235,8 @@ class _Session:
                  "train_seconds": 0.0,
                  "early_stopping": schedules.EarlyStopping(self.config.train.patience).to_dict(),
                  "plateau": schedules.PlateauDecay(
-                     self.config.train.lr_plateau_improvement).to_dict()}
+                     self.config.train.lr_plateau_improvement,
+                     self.config.train.lr_plateau_patience).to_dict()}
     restored = self.ckpt.restore_latest(self.state)
     if restored is not None:
       self.state, saved_meta = restored

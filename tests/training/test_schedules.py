@@ -58,6 +58,27 @@ def test_plateau_without_threshold_decays_only_when_an_epoch_does_not_improve():
   assert state.decays == 2
 
 
+def test_plateau_with_patience_decays_after_that_many_plateau_epochs_in_a_row():
+  """Patience 2, threshold 1%: a lone plateau epoch keeps the rate, an epoch off the plateau
+  starts the count again, and a division starts it again too."""
+  state = schedules.PlateauDecay(min_improvement=0.01, patience=2)
+  decays = []
+  # 100; 99.5 (0.5%: plateau 1); 95 (off: 0); 94.8 (plateau 1); 94.9 (plateau 2: decay);
+  # 94.7 (plateau 1); 94.6 (plateau 2: decay).
+  for ppl in [100.0, 99.5, 95.0, 94.8, 94.9, 94.7, 94.6]:
+    state = state.update(ppl)
+    decays.append(state.decays)
+  assert decays == [0, 0, 0, 0, 1, 1, 2]
+  assert state.plateau_epochs == 0
+
+
+def test_a_plateau_state_saved_before_patience_existed_reads_as_patience_one():
+  saved = {"min_improvement": 0.01, "best_perplexity": 100.0, "decays": 3}
+  state = schedules.PlateauDecay.from_dict(saved)
+  assert (state.patience, state.plateau_epochs) == (1, 0)
+  assert state.update(99.9).decays == 4
+
+
 def test_each_schedule_gives_its_own_learning_rate():
   config = ml_collections.ConfigDict({"learning_rate": 1.0, "lr_decay_after": 2,
                                       "lr_decay_divisor": 4.0, "lr_schedule": "epochs"})
@@ -69,5 +90,6 @@ def test_each_schedule_gives_its_own_learning_rate():
 
 
 def test_plateau_round_trips_through_a_dict():
-  state = schedules.PlateauDecay(0.01).update(5.0).update(6.0)
+  state = schedules.PlateauDecay(0.01, patience=2).update(5.0).update(6.0)
+  assert state.plateau_epochs == 1
   assert schedules.PlateauDecay.from_dict(state.to_dict()) == state

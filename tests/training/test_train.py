@@ -122,6 +122,20 @@ def test_the_plateau_schedule_is_saved_and_goes_on_after_a_resume(tmp_path):
   assert [e["learning_rate"] for e in _epochs(tmp_path)] == [base, base, base / 4]
 
 
+def test_plateau_patience_counts_across_a_resume(tmp_path):
+  """Threshold 0.99 and patience 2: epochs 2 and 3 are both on the plateau, so the lr is
+  divided after epoch 3, not 2. Epoch 3 runs in a second session from epoch 2's checkpoint:
+  the plateau epoch counted there is saved, so epoch 4 trains at lr / 4."""
+  config = tiny_config.config(train__lr_schedule="plateau", train__lr_plateau_improvement=0.99,
+                              train__lr_plateau_patience=2, train__lr_decay_divisor=4.0,
+                              train__patience=5, train__num_epochs=2)
+  train.train_and_evaluate(config, tmp_path)
+  config.train.num_epochs = 4
+  train.train_and_evaluate(config, tmp_path)
+  base = config.train.learning_rate
+  assert [e["learning_rate"] for e in _epochs(tmp_path)] == [base, base, base, base / 4]
+
+
 def test_training_ends_before_an_epoch_below_the_learning_rate_floor(tmp_path):
   config = tiny_config.config(train__learning_rate=0.5, train__lr_decay_after=1,
                               train__lr_decay_divisor=2.0, train__min_learning_rate=0.2,
@@ -135,7 +149,8 @@ def test_training_ends_before_an_epoch_below_the_learning_rate_floor(tmp_path):
     ("min_learning_rate", -0.1, "min_learning_rate = -0.1 must be at least 0"),
     ("lr_schedule", "cosine", "lr_schedule = 'cosine' is not a schedule: use one of epochs, "
                               "plateau"),
-    ("lr_plateau_improvement", 1.5, "lr_plateau_improvement = 1.5 must be a fraction")])
+    ("lr_plateau_improvement", 1.5, "lr_plateau_improvement = 1.5 must be a fraction"),
+    ("lr_plateau_patience", 0, "lr_plateau_patience = 0 must be at least 1")])
 def test_a_bad_schedule_is_refused_in_one_line(field, value, message):
   config = tiny_config.config(**{f"train__{field}": value})
   with pytest.raises(ConfigError, match=message):
