@@ -102,9 +102,10 @@ def results_table(repository: pathlib.Path, prefix: str = RESULTS_DIR,
   lines = []
   for table in _tables(repository):
     if only is None:
-      lines += [line for line in results_rows(table, f"{prefix}/{table['table']}",
-                                              repository / RESULTS_DIR / table["table"])
-                if line[-1] != row_status.NOT_STARTED]
+      started = {**table, "rows": [row for row in table["rows"]
+                                   if row["status"] != row_status.NOT_STARTED]}
+      lines += results_rows(started, f"{prefix}/{table['table']}",
+                            repository / RESULTS_DIR / table["table"])
     elif only == table["table"]:
       lines += results_rows(table, ".", repository / RESULTS_DIR / table["table"])
   return markdown.markdown_table(RESULTS_HEADERS, lines)

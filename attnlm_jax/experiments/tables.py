@@ -185,30 +185,35 @@ FLOOR_OVERRIDES = {"train.min_learning_rate": 0.001}
 DAS_LSTM = ("ptb", "LSTM 1x300")
 
 
-# Cao & Yu's language models: (row, config, printed row).
-DAS_MODELS = (
-    ("lstm", "das.py:model=lstm", DAS_LSTM),
-    ("lstmn", "das.py:model=lstmn", ("ptb", "LSTMN")),
-    ("das", "das.py:model=das", ("ptb", "DAS LM")),
-    ("das_lstmn", "das.py:model=das_lstmn", ("ptb", "DAS-LSTMN")),
-    ("das_lstmn_tags", "das.py:model=das_lstmn,tags=1", ("ptb", "DAS-LSTMN + tagging model")),
+# Cao & Yu's language models, the `das` table's rows; a `tags=1` row reads the `tagger` row.
+DAS_ROWS = (
+    Row("lstm", "das.py:model=lstm", paper=DAS_LSTM),
+    Row("lstmn", "das.py:model=lstmn", paper=("ptb", "LSTMN")),
+    Row("das", "das.py:model=das", paper=("ptb", "DAS LM")),
+    Row("das_lstmn", "das.py:model=das_lstmn", paper=("ptb", "DAS-LSTMN")),
+    Row("das_lstmn_tags", "das.py:model=das_lstmn,tags=1",
+        paper=("ptb", "DAS-LSTMN + tagging model"), row_dirs={"data.tagger_dir": "tagger"}),
 )
 
 
-def _das_rows(seed: int) -> tuple[Row, ...]:
-  """The `das` table's language-model rows with `seed` (0: the rows themselves; else
-  ROW_seedN); a `tags=1` row reads the `tagger` row's tags."""
-  return tuple(
-      Row(name + (f"_seed{seed}" if seed else ""), config,
-          seed_overrides(seed) if seed else {}, paper=paper,
-          row_dirs={"data.tagger_dir": "tagger"} if config.endswith("tags=1") else {})
-      for name, config, paper in DAS_MODELS)
+def seed_row(row: Row, seed: int) -> Row:
+  """`row` with another seed of its parameters, dropout and batch order: ROW_seedN."""
+  return dataclasses.replace(row, name=f"{row.name}_seed{seed}",
+                             overrides={**row.overrides, **seed_overrides(seed)})
 
 
 def _das_recipe_row(name: str, *readings: Mapping[str, Any]) -> Row:
   """The `das` table's `lstm` row under the given readings of the paper."""
   overrides = {key: value for reading in readings for key, value in reading.items()}
   return Row(name, "das.py:model=lstm", overrides, paper=DAS_LSTM)
+
+
+# The recipe `configs/das.py` took, and the same with the steadier rule (patience 2).
+STREAM_UNTIED_PLATEAU = _das_recipe_row("stream_untied_plateau", STREAM_OVERRIDES,
+                                        UNTIED_OVERRIDES, PLATEAU_OVERRIDES, FLOOR_OVERRIDES)
+STREAM_UNTIED_PATIENCE2 = _das_recipe_row("stream_untied_patience2", STREAM_OVERRIDES,
+                                          UNTIED_OVERRIDES, PLATEAU_PATIENCE2_OVERRIDES,
+                                          FLOOR_OVERRIDES)
 
 
 TABLES = {
@@ -228,12 +233,12 @@ TABLES = {
                                 "wikitext2.py", "wikitext2"),
     "das": Table("DAS LM, LSTMN and POS tags on Penn Treebank, 1 x 300 (Cao & Yu)", (
         Row("tagger", "tagger.py", kind=TAGGER),
-        *_das_rows(seed=0),
+        *DAS_ROWS,
         Row("interpolated", kind=INTERPOLATE, members=("das_lstmn_tags", "lstm"),
             weights=(0.5, 0.5), paper=("ptb", "DAS-LSTMN + tags, interpolated with LSTM")),
         # Second seeds: the spread each verdict needs (where the schedule first halved set
         # `lstm`'s two seeds 1.5 apart, as far as the printed LSTMN and DAS are below its LSTM).
-        *_das_rows(seed=1),
+        *(seed_row(row, 1) for row in DAS_ROWS),
     ), comparisons=(("lstmn", "lstm"), ("das", "lstm"), ("das_lstmn", "lstm"),
                     ("das_lstmn_tags", "das_lstmn"))),
     "das_recipe": Table("The `das` table's recipe: its LSTM row under each reading of the paper", (
@@ -245,16 +250,12 @@ TABLES = {
                         NO_FLOOR_OVERRIDES),
         _das_recipe_row("stream_untied", STREAM_OVERRIDES, UNTIED_OVERRIDES, EPOCHS_OVERRIDES,
                         NO_FLOOR_OVERRIDES),
-        _das_recipe_row("stream_untied_plateau", STREAM_OVERRIDES, UNTIED_OVERRIDES,
-                        PLATEAU_OVERRIDES, FLOOR_OVERRIDES),
+        STREAM_UNTIED_PLATEAU,
         _das_recipe_row("stream_tied_plateau", STREAM_OVERRIDES, TIED_OVERRIDES,
                         PLATEAU_OVERRIDES, FLOOR_OVERRIDES),
-        _das_recipe_row("stream_untied_plateau_seed1", STREAM_OVERRIDES, UNTIED_OVERRIDES,
-                        PLATEAU_OVERRIDES, FLOOR_OVERRIDES, seed_overrides(1)),
-        _das_recipe_row("stream_untied_patience2", STREAM_OVERRIDES, UNTIED_OVERRIDES,
-                        PLATEAU_PATIENCE2_OVERRIDES, FLOOR_OVERRIDES),
-        _das_recipe_row("stream_untied_patience2_seed1", STREAM_OVERRIDES, UNTIED_OVERRIDES,
-                        PLATEAU_PATIENCE2_OVERRIDES, FLOOR_OVERRIDES, seed_overrides(1)),
+        seed_row(STREAM_UNTIED_PLATEAU, 1),
+        STREAM_UNTIED_PATIENCE2,
+        seed_row(STREAM_UNTIED_PATIENCE2, 1),
     ), reference="sentence_tied",
         comparisons=(("stream_untied_patience2", "stream_untied_plateau"),)),
     "ptb_cpu": Table("Attention scores on Penn Treebank, 1 x 200, on a CPU", (
