@@ -82,14 +82,10 @@ DEMO_OVERRIDES = {"model.hidden_size": 16, "data.batch_size": 400, "data.max_len
 PRECISION_OVERRIDES = {"train.num_epochs": 3, "model.compute_dtype": "float32"}
 
 
-# The output layer h'_t at a tenth of the others' learning rate: the fast start that removes the
-# slow first epochs of the rows with that layer (docs/results/ptb_cpu/README.md).
-HEAD_LR_OVERRIDES = {"train.head_lr_factor": 0.1}
-
-
-def seed_overrides(seed: int) -> dict:
-  """A row's overrides for another seed of its parameters, dropout and batch order."""
-  return {"seed": seed, "data.seed": seed}
+def seed_row(row: Row, seed: int) -> Row:
+  """`row` with another seed of its parameters, dropout and batch order: ROW_seedN."""
+  return dataclasses.replace(row, name=f"{row.name}_seed{seed}",
+                             overrides={**row.overrides, "seed": seed, "data.seed": seed})
 
 
 SEED_SUFFIX = re.compile(r"_seed\d+$")
@@ -146,18 +142,13 @@ def _salton_table(title: str, config_file: str, corpus: str,
   printed = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
              "average": "Averaging RNN-LM", "conv1x1": "LSTM + 1x1 convolutional attention"}
   ruled = lambda score: score in stopping_rule
-
-  def row(score: str, seed: int) -> Row:
-    return Row(score + (f"_seed{seed}" if seed else ""), f"{config_file}:score={score}",
-               overrides={**(STOPPING_RULE if ruled(score) else {}),
-                          **(seed_overrides(seed) if seed else {})},
-               paper=(corpus, printed[score]) if score in printed else None,
-               note=STOPPING_RULE_NOTE if ruled(score) else "")
-
-  scores = ("none", "proj", "single", "combined", "average", "conv1x1")
-  return Table(title, tuple(row(score, 0) for score in scores)
-               + tuple(row(score, 1) for score in seeds) + tuple(extra), reference="none",
-               comparisons=comparisons)
+  rows = {score: Row(score, f"{config_file}:score={score}",
+                     overrides=dict(STOPPING_RULE) if ruled(score) else {},
+                     paper=(corpus, printed[score]) if score in printed else None,
+                     note=STOPPING_RULE_NOTE if ruled(score) else "")
+          for score in ("none", "proj", "single", "combined", "average", "conv1x1")}
+  return Table(title, tuple(rows.values()) + tuple(seed_row(rows[score], 1) for score in seeds)
+               + tuple(extra), reference="none", comparisons=comparisons)
 
 
 # The readings of Cao & Yu's recipe that its text leaves open (docs/results/das/README.md):
@@ -196,11 +187,6 @@ DAS_ROWS = (
 )
 
 
-def seed_row(row: Row, seed: int) -> Row:
-  """`row` with another seed of its parameters, dropout and batch order: ROW_seedN."""
-  return dataclasses.replace(row, name=f"{row.name}_seed{seed}",
-                             overrides={**row.overrides, **seed_overrides(seed)})
-
 
 def _das_recipe_row(name: str, *readings: Mapping[str, Any]) -> Row:
   """The `das` table's `lstm` row under the given readings of the paper."""
@@ -214,6 +200,17 @@ STREAM_UNTIED_PLATEAU = _das_recipe_row("stream_untied_plateau", STREAM_OVERRIDE
 STREAM_UNTIED_PATIENCE2 = _das_recipe_row("stream_untied_patience2", STREAM_OVERRIDES,
                                           UNTIED_OVERRIDES, PLATEAU_PATIENCE2_OVERRIDES,
                                           FLOOR_OVERRIDES)
+
+
+# The 1 x 200 rows of every score (configs/ptb_small.py).
+PTB_CPU_ROWS = {score: Row(score, f"ptb_small.py:score={score}")
+                for score in ("none", "proj", "single", "combined", "average", "conv1x1")}
+# `proj` and `single` with their output layer h'_t at a tenth of the others' learning rate: the
+# fast start that removes the slow first epochs of the rows with that layer
+# (docs/results/ptb_cpu/README.md).
+HEAD_LR_OVERRIDES = {"train.head_lr_factor": 0.1}
+HEAD_LR_ROWS = tuple(Row(f"{score}_head_lr0.1", f"ptb_small.py:score={score}", HEAD_LR_OVERRIDES)
+                     for score in ("proj", "single"))
 
 
 TABLES = {
@@ -259,19 +256,10 @@ TABLES = {
     ), reference="sentence_tied",
         comparisons=(("stream_untied_patience2", "stream_untied_plateau"),)),
     "ptb_cpu": Table("Attention scores on Penn Treebank, 1 x 200, on a CPU", (
-        Row("none", "ptb_small.py:score=none"),
-        Row("proj", "ptb_small.py:score=proj"),
-        Row("single", "ptb_small.py:score=single"),
-        Row("combined", "ptb_small.py:score=combined"),
-        Row("average", "ptb_small.py:score=average"),
-        Row("conv1x1", "ptb_small.py:score=conv1x1"),
-        Row("none_seed1", "ptb_small.py:score=none", seed_overrides(1)),
-        Row("proj_head_lr0.1", "ptb_small.py:score=proj", HEAD_LR_OVERRIDES),
-        Row("single_head_lr0.1", "ptb_small.py:score=single", HEAD_LR_OVERRIDES),
-        Row("proj_head_lr0.1_seed1", "ptb_small.py:score=proj",
-            {**HEAD_LR_OVERRIDES, **seed_overrides(1)}),
-        Row("single_head_lr0.1_seed1", "ptb_small.py:score=single",
-            {**HEAD_LR_OVERRIDES, **seed_overrides(1)}),
+        *PTB_CPU_ROWS.values(),
+        seed_row(PTB_CPU_ROWS["none"], 1),
+        *HEAD_LR_ROWS,
+        *(seed_row(row, 1) for row in HEAD_LR_ROWS),
     ), reference="none",
         comparisons=(("proj_head_lr0.1", "none"), ("single_head_lr0.1", "none"),
                      ("single_head_lr0.1", "proj_head_lr0.1"))),
