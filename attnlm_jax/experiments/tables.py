@@ -129,6 +129,10 @@ BFLOAT16_ROWS = (Row("none_bfloat16", "ptb.py:score=none",
                      note=STOPPING_RULE_NOTE),)
 
 
+# The Salton papers' scores, and `proj`, their control: one row each in their tables.
+SALTON_SCORES = ("none", "proj", "single", "combined", "average", "conv1x1")
+
+
 def _salton_table(title: str, config_file: str, corpus: str,
                   stopping_rule: Sequence[str] = (), seeds: Sequence[str] = (),
                   extra: Sequence[Row] = (),
@@ -146,7 +150,7 @@ def _salton_table(title: str, config_file: str, corpus: str,
                      overrides=dict(STOPPING_RULE) if ruled(score) else {},
                      paper=(corpus, printed[score]) if score in printed else None,
                      note=STOPPING_RULE_NOTE if ruled(score) else "")
-          for score in ("none", "proj", "single", "combined", "average", "conv1x1")}
+          for score in SALTON_SCORES}
   return Table(title, tuple(rows.values()) + tuple(seed_row(rows[score], 1) for score in seeds)
                + tuple(extra), reference="none", comparisons=comparisons)
 
@@ -187,7 +191,6 @@ DAS_ROWS = (
 )
 
 
-
 def _das_recipe_row(name: str, *readings: Mapping[str, Any]) -> Row:
   """The `das` table's `lstm` row under the given readings of the paper."""
   overrides = {key: value for reading in readings for key, value in reading.items()}
@@ -204,7 +207,7 @@ STREAM_UNTIED_PATIENCE2 = _das_recipe_row("stream_untied_patience2", STREAM_OVER
 
 # The 1 x 200 rows of every score (configs/ptb_small.py).
 PTB_CPU_ROWS = {score: Row(score, f"ptb_small.py:score={score}")
-                for score in ("none", "proj", "single", "combined", "average", "conv1x1")}
+                for score in SALTON_SCORES}
 # `proj` and `single` with their output layer h'_t at a tenth of the others' learning rate: the
 # fast start that removes the slow first epochs of the rows with that layer
 # (docs/results/ptb_cpu/README.md).
