@@ -127,6 +127,9 @@ FLAGS = flags.FLAGS
 PATH_FLAGS = ("workdir", "input", "output", "references")
 PATH_LIST_FLAGS = ("workdirs", "probes")
 CONFIG_PATHS = ("data_dir", "cache_dir", "tagger_dir", "treebank_dir")
+# What the modes that train need given, and the modes over a published table.
+CONFIG_HINT = "--config=configs/NAME.py"
+TABLE_HINT = "--table=NAME (docs/reproduce.md lists the tables)"
 
 
 def _fail(message: str) -> None:
@@ -195,28 +198,21 @@ def _config():
   return FLAGS.config
 
 
-def _need_config(config, mode: str) -> None:
-  """UserError unless --config was given (the modes that train)."""
-  if config is None:
-    raise errors.UserError(f"--mode={mode} needs --config=configs/NAME.py")
-
-
-def _need_table(mode: str) -> None:
-  """UserError unless --table was given (the modes over a published table)."""
-  if not FLAGS.table:
-    raise errors.UserError(f"--mode={mode} needs --table=NAME (docs/reproduce.md lists the "
-                           "tables)")
+def _need(value, mode: str, flag: str) -> None:
+  """UserError unless `value` was given: --mode=`mode` needs `flag`."""
+  if value is None:
+    raise errors.UserError(f"--mode={mode} needs {flag}")
 
 
 def _train(config) -> dict:
   """--mode=train: trains (or resumes) a run in --workdir."""
-  _need_config(config, "train")
+  _need(config, "train", CONFIG_HINT)
   return train.summary(train.train_and_evaluate(config, FLAGS.workdir), FLAGS.workdir)
 
 
 def _train_tagger(config) -> dict:
   """--mode=train_tagger: the POS tagger of configs/tagger.py."""
-  _need_config(config, "train_tagger")
+  _need(config, "train_tagger", CONFIG_HINT)
   return tagger_trainer.train_tagger(config, FLAGS.workdir)
 
 
@@ -286,7 +282,7 @@ def _analyze(config) -> dict:
 def _reproduce(config) -> dict:
   """--mode=reproduce: trains a published table's rows and writes its pages."""
   del config  # Each row has its own.
-  _need_table("reproduce")
+  _need(FLAGS.table, "reproduce", TABLE_HINT)
   return runner.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows, dry_run=FLAGS.dry_run,
                     pages_only=FLAGS.pages_only)
 
@@ -294,7 +290,7 @@ def _reproduce(config) -> dict:
 def _testtime(config) -> dict:
   """--mode=testtime: the cache and dynamic-evaluation page of a table's rows."""
   del config  # Each row has its own.
-  _need_table("testtime")
+  _need(FLAGS.table, "testtime", TABLE_HINT)
   return testtime_page.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
                            cache_size=FLAGS.cache or testtime_page.CACHE_SIZE,
                            dynamic_window=FLAGS.dynamic_window,

@@ -174,6 +174,20 @@ def test_user_errors_are_one_line_and_write_nothing(workdir, flag, message):
   assert _snapshot(workdir) == before
 
 
+
+@pytest.mark.parametrize("mode, message", [
+    ("train", "--mode=train needs --config=configs/NAME.py"),
+    ("train_tagger", "--mode=train_tagger needs --config=configs/NAME.py"),
+    ("reproduce", "--mode=reproduce needs --table=NAME"),
+    ("testtime", "--mode=testtime needs --table=NAME"),
+])
+def test_a_mode_without_the_flag_it_needs_says_which(tmp_path, mode, message):
+  result = tiny_config.run_main(f"--mode={mode}", f"--workdir={tmp_path}", check=False)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [f"error: {message}" + (
+      " (docs/reproduce.md lists the tables)" if "table" in message else "")]
+  assert not any(tmp_path.iterdir())
+
 def test_analyze_writes_heatmap_entropy_and_probe_files(workdir, tmp_path):
   out = tmp_path / "analysis_run"
   result = tiny_config.run_main("--mode=analyze", f"--workdir={out}", f"--workdirs={workdir}",

@@ -16,15 +16,13 @@ From the repository root (trains the row first unless WORKDIR holds it finished)
 import json
 import sys
 
-import jax
 import numpy as np
 
-from attnlm_jax import models
 from attnlm_jax.common import config_files
 from attnlm_jax.data import pipeline
+from attnlm_jax.evaluation import batch_statistics
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import runs
-from attnlm_jax.models import losses
 from attnlm_jax.training import run_config
 from attnlm_jax.training import train
 
@@ -44,24 +42,6 @@ def train_bucketed(workdir: str) -> None:
 
   run_config.check_training = check_all_but_bucketing
   train.train_and_evaluate(config_files.load_config(CONFIG, OVERRIDES), workdir)
-
-
-def batch_statistics_sums(model: evaluate.TrainedModel, batches) -> dict:
-  """`losses.nll_sums` over `batches` with the batch norm on each batch's statistics."""
-  config = model.config.model.copy_and_resolve_references()
-  config.dropout = 0.0
-
-  @jax.jit
-  def sums(params, batch):
-    logits, _ = models.apply(params, config, batch["inputs"], batch["lengths"], train=True,
-                             mutable=True)
-    return losses.nll_sums(logits, batch["inputs"], batch["targets"], batch["lengths"])
-
-  total = dict.fromkeys(losses.SUM_KEYS, 0.0)
-  for batch in batches:
-    for key, value in sums(model.params, batch).items():
-      total[key] += float(value)
-  return total
 
 
 def random_batches(data, split: str, batch_size: int):
@@ -87,9 +67,9 @@ def main(workdir: str) -> dict:
                                                             data.units(split), batch_size))
     result[split] = {
         "running": evaluate.evaluate(model, split),
-        "batch_bucketed": losses.perplexities(batch_statistics_sums(model, bucketed)),
-        "batch_random": losses.perplexities(batch_statistics_sums(
-            model, random_batches(data, split, batch_size)))}
+        "batch_bucketed": batch_statistics.perplexities(model, bucketed, "batch"),
+        "batch_random": batch_statistics.perplexities(
+            model, random_batches(data, split, batch_size), "batch")}
   return result
 
 

@@ -12,35 +12,16 @@ JSON line: both perplexities and the tokens they cover.
 import json
 import sys
 
-import jax
 import numpy as np
 
-from attnlm_jax import data as data_lib
 from attnlm_jax.data import pipeline
-from attnlm_jax import models
+from attnlm_jax.evaluation import batch_statistics
 from attnlm_jax.evaluation import evaluate
-from attnlm_jax.models import losses
 
 model = evaluate.load(sys.argv[1])
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-config = model.config.model.copy_and_resolve_references()
-config.dropout = 0.0
 
-
-@jax.jit
-def with_running_stats(params, batch):
-  logits = models.apply(params, config, batch["inputs"], batch["lengths"])
-  return -losses.token_log_probs(logits, batch["targets"])
-
-
-@jax.jit
-def with_batch_stats(params, batch):
-  logits, _ = models.apply(params, config, batch["inputs"], batch["lengths"], train=True,
-                           mutable=True)
-  return -losses.token_log_probs(logits, batch["targets"])
-
-
-lm_data = data_lib.load(model.config.data, model.vocab)
+lm_data = model.data
 split, (starts, lengths) = lm_data.split("valid"), lm_data.units("valid")
 order = np.random.default_rng(seed).permutation(len(starts))
 batches = []
@@ -48,13 +29,8 @@ for first in range(0, len(order), 32):
   rows = order[first:first + 32]
   width = max(35, int(lengths[rows].max()))
   batches.append(pipeline.make_batch(split, starts[rows], lengths[rows], width))
-result = {"checkpoint_step": model.step, "seed": seed,
-          "batches": len(batches)}
-for name, token_nll in (("running", with_running_stats), ("batch", with_batch_stats)):
-  nll = []
-  for batch in batches:
-    mask = np.asarray(losses.token_mask(batch["lengths"], batch["targets"].shape[1]))
-    nll.append(np.asarray(token_nll(model.params, batch))[mask])
-  nll = np.concatenate(nll)
-  result[name] = {"tokens": int(nll.size), "perplexity": float(np.exp(nll.mean()))}
+result = {"checkpoint_step": model.step, "seed": seed, "batches": len(batches)}
+for statistics in batch_statistics.STATISTICS:
+  scored = batch_statistics.perplexities(model, batches, statistics)
+  result[statistics] = {"tokens": scored["tokens"], "perplexity": scored["perplexity"]}
 print(json.dumps(result))
