@@ -206,10 +206,6 @@ class LMData:
     data = self.split(split)
     return np.split(data.tokens, np.cumsum(data.sentence_lengths)[:-1])
 
-  def oov_count(self, split: str) -> int:
-    """Number of words of `split` outside the vocabulary (mapped to `<unk>`)."""
-    return self.split(split).oov
-
   def units(self, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(starts, lengths) of the batch rows of `split` under config.span (see `batching`)."""
     if split not in self._units:

@@ -114,11 +114,6 @@ class EarlyStopping:
     return dataclasses.replace(self, bad_epochs=self.bad_epochs + 1)
 
   @property
-  def improved(self) -> bool:
-    """Whether the last update set a new best."""
-    return self.best_epoch > 0 and self.bad_epochs == 0
-
-  @property
   def should_stop(self) -> bool:
     """True once `patience` epochs in a row have not improved."""
     return self.bad_epochs >= self.patience

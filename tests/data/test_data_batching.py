@@ -225,7 +225,7 @@ def test_unknown_words_are_counted(ptb_dir, tmp_path):
     text = (ptb_dir / f"ptb.{split}.txt").read_text()
     (tmp_path / f"ptb.{split}.txt").write_text(text + " zzz w1 yyy zzz \n")
   data = data_lib.load(_config(tmp_path), vocab=data_lib.load(_config(ptb_dir)).vocab)
-  assert data.oov_count("valid") == 3
+  assert data.split("valid").oov == 3
   assert data.sentences("valid")[-1].tolist() == [2, data.vocab.words.index("w1"), 2, 2, 1]
 
 

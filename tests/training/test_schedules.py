@@ -23,8 +23,8 @@ def test_early_stopping_counts_epochs_without_improvement():
   history = []
   for epoch, ppl in enumerate([10.0, 9.0, 9.0, 9.5], start=1):
     state = state.update(epoch, ppl)
-    history.append((state.improved, state.should_stop))
-  assert history == [(True, False), (True, False), (False, False), (False, True)]
+    history.append((state.best_epoch, state.bad_epochs, state.should_stop))
+  assert history == [(1, 0, False), (2, 0, False), (2, 1, False), (2, 2, True)]
   assert (state.best_epoch, state.best_perplexity) == (2, 9.0)
 
 
