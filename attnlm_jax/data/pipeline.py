@@ -293,8 +293,7 @@ class LMData:
       return make_batch(data, starts[mine] + offset,
                         np.clip(lengths[mine] - offset, 0, width), width, start_symbol=False)
 
-    count = self.num_train_batches() if split == "train" else self.num_windows(split, batch_size)
-    return grain.MapDataset.range(count).map(window)
+    return grain.MapDataset.range(self.num_windows(split, batch_size)).map(window)
 
   def train_plan(self, epoch: int) -> np.ndarray:
     """The unit indices [num_batches, batch_size] of the epoch's batches (-1: filler)."""
@@ -314,7 +313,7 @@ class LMData:
     options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=8)
     if self.is_stream:
       windows = self._stream_windows("train", self.config.batch_size, process_index,
-                                     process_count)
+                                     process_count)[:self.num_train_batches()]
       return iter(windows.to_iter_dataset(options))
     data = self.split("train")
     starts, lengths = self.units("train")

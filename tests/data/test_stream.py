@@ -32,12 +32,16 @@ def test_stream_rows_cover_every_token_once():
   assert batching.num_stream_windows(lengths, 2) == 2
 
 
-def test_windows_continue_the_stream_and_predict_every_token_once():
+@pytest.mark.parametrize("split, streams", [("valid", 6), ("train", 6), ("train", 3)])
+def test_windows_continue_the_stream_and_predict_every_token_once(split, streams):
+  """Evaluation's windows read every token once, the training split's too: at other than
+  training's 4 streams, its windows are not a training epoch's."""
   data = data_lib.load(_data_config())
-  tokens = data.split("valid").tokens
-  batches = list(data.eval_batches("valid", 6))
+  tokens = data.split(split).tokens
+  batches = list(data.eval_batches(split, streams))
+  assert len(batches) == data.num_windows(split, streams)
   assert sum(int(b["lengths"].sum()) for b in batches) == len(tokens)
-  starts, _ = data.stream_rows("valid", 6)
+  starts, _ = data.stream_rows(split, streams)
   for row, start in enumerate(starts):
     stream = np.concatenate([b["targets"][row, :b["lengths"][row]] for b in batches])
     np.testing.assert_array_equal(stream, tokens[start:start + len(stream)])
