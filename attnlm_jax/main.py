@@ -21,6 +21,7 @@ from ml_collections import config_flags
 from attnlm_jax.common import errors
 from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
+from attnlm_jax.common import text_files
 from attnlm_jax import data as data_lib
 from attnlm_jax.data import locations
 from attnlm_jax.evaluation import analysis
@@ -246,7 +247,7 @@ def _score(config) -> None:
   path = epath.Path(FLAGS.input)
   if not path.is_file():
     raise errors.UserError(f"--input={path} not found")
-  lines = path.read_text().splitlines()
+  lines = text_files.read_lines(path)
   if not any(line.strip() for line in lines):
     raise errors.UserError(f"--input={path} has no sentence to score (every line is blank): "
                            "give one sentence per line")

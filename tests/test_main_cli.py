@@ -146,6 +146,24 @@ def test_score_log_probs_sum_to_the_evaluate_nll(workdir, valid_result, tmp_path
   assert -total == pytest.approx(valid_result["nll"], rel=1e-4)
 
 
+
+def test_score_writes_one_record_per_line_of_its_input(workdir, tmp_path):
+  """A form feed or U+2028 inside a line does not split it (str.splitlines would)."""
+  (tmp_path / "in.txt").write_text("the cat\x0csat\n\nthe dog\u2028ran\n", encoding="utf-8")
+  out = tiny_config.run_main("--mode=score", f"--workdir={workdir}",
+                             f"--input={tmp_path / 'in.txt'}").stdout
+  assert len(out.strip().splitlines()) == 2  # The blank line has no record.
+
+
+def test_score_refuses_a_file_that_is_not_utf8_in_one_line(workdir, tmp_path):
+  (tmp_path / "in.txt").write_bytes("the caf\u00e9\n".encode("latin-1"))
+  result = tiny_config.run_main("--mode=score", f"--workdir={workdir}",
+                                f"--input={tmp_path / 'in.txt'}", check=False)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+      f"error: {tmp_path / 'in.txt'}: byte 0xe9 at offset 7 (line 1) is not UTF-8: re-encode "
+      "the file as UTF-8"]
+
 def test_generate_is_reproducible_for_a_seed(workdir):
   args = ("--mode=generate", f"--workdir={workdir}", "--prompt=the", "--num_tokens=20")
   first = tiny_config.run_main(*args, "--seed=3").stdout.strip()

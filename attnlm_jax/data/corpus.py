@@ -15,6 +15,7 @@ import zlib
 from etils import epath
 
 from attnlm_jax.common import errors
+from attnlm_jax.common import text_files
 from attnlm_jax.data import locations
 from attnlm_jax.data import released_wikitext
 
@@ -124,10 +125,11 @@ def _read_lines(corpus: str, data_dir, split: str) -> list[str]:
   else:
     path = _find_split_file(corpus, data_dir, split)
     name, data = str(path), path.read_bytes()
-  lines = _decode(name, data).split("\n")
-  if lines[-1] == "":
-    lines.pop()
-  return [line[:-1] if line.endswith("\r") else line for line in lines]
+  text = text_files.decode(name, data, CorpusError)
+  if not text.strip():
+    raise CorpusError(f"{name} is empty: replace it with the corpus file "
+                      "(one sentence or paragraph per line)")
+  return text_files.split_lines(text)
 
 
 def _read_embedded(split: str) -> tuple[str, bytes]:
@@ -175,20 +177,6 @@ def _existing_dir(data_dir, fix: str) -> epath.Path:
     problem = "is a file, not a directory" if directory.exists() else "does not exist"
     raise CorpusError(f"data directory {directory} {problem}: {fix}")
   return directory
-
-
-def _decode(name: str, data: bytes) -> str:
-  """Decodes UTF-8, naming the first bad byte; rejects files without any words."""
-  try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as e:
-    line = data.count(b"\n", 0, e.start) + 1
-    raise CorpusError(f"{name}: byte 0x{data[e.start]:02x} at offset {e.start} (line "
-                      f"{line}) is not UTF-8: re-encode the file as UTF-8") from None
-  if not text.strip():
-    raise CorpusError(f"{name} is empty: replace it with the corpus file "
-                      "(one sentence or paragraph per line)")
-  return text
 
 
 def _heading_level(lines: list[list[str]], i: int) -> int:

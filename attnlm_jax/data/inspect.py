@@ -100,7 +100,8 @@ def main(argv: Sequence[str]) -> None:
     stats = corpus_stats(_CORPUS.value, _DATA_DIR.value, _SPAN.value, _MAX_LEN.value,
                          _BATCH_SIZE.value, _SEED.value, _WIDTH_MULTIPLE.value)
   except (corpus_lib.CorpusError, VocabularyError) as e:
-    print(f"error: {e}", file=sys.stderr)
+    # The corpus library names training's flags; this command's are the fields' own names.
+    print(f"error: {str(e).replace('--config.data.', '--')}", file=sys.stderr)
     sys.exit(1)
   print(json.dumps(stats, indent=2))
 

@@ -22,6 +22,7 @@ from matplotlib import ticker
 import numpy as np
 
 from attnlm_jax.common import errors
+from attnlm_jax.common import text_files
 from attnlm_jax.common import figures
 from attnlm_jax import data as data_lib
 from attnlm_jax.data import batching
@@ -331,9 +332,10 @@ def read_probe(path) -> list[dict]:
     raise AnalysisError(f"probe file {path} not found: pass a JSONL file of "
                         "{\"prefix\", \"correct\", \"wrong\", \"distance\", \"attractors\"}")
   raw = path.read_bytes()
-  text = (gzip.decompress(raw) if str(path).endswith(".gz") else raw).decode("utf-8")
+  text = text_files.decode(str(path), gzip.decompress(raw) if str(path).endswith(".gz") else raw,
+                           AnalysisError)
   items = []
-  for number, line in enumerate(text.splitlines(), 1):
+  for number, line in enumerate(text_files.split_lines(text), 1):
     if not line.strip():
       continue
     try:

@@ -16,6 +16,7 @@ from typing import Iterable, Optional, Sequence
 from etils import epath
 import numpy as np
 
+from attnlm_jax.common import text_files
 from attnlm_jax.common.errors import UserError
 from attnlm_jax.evaluation import evaluate
 
@@ -54,14 +55,14 @@ def _fields(line: str, file_format: str) -> list[str]:
   return line.split("\t")
 
 
-def _number(text: str, where: str) -> float:
-  """A finite float, else RescoringError naming `where`."""
+def _number(text: str, where: str, what: str) -> float:
+  """A finite float, else RescoringError naming `where` and `what` the number is."""
   try:
     value = float(text)
   except ValueError:
     value = math.nan
   if not math.isfinite(value):
-    raise RescoringError(f"{where}: first-pass score {text!r} is not a number")
+    raise RescoringError(f"{where}: {what} {text!r} is not a number")
   return value
 
 
@@ -95,7 +96,8 @@ def parse_nbest(lines: Sequence[str], name: str) -> tuple[list[Hypothesis], str]
     if not utterance.strip():
       raise RescoringError(f"{where}: the utterance id is empty")
     hypotheses.append(Hypothesis(utterance.strip(), " ".join(text.split()),
-                                 _number(score, where), number, extra))
+                                 _number(score, where, "first-pass score"), number,
+                                 extra))
   return hypotheses, file_format
 
 
@@ -120,7 +122,7 @@ def _kaldi_costs(lines: Sequence[str], name: str, ids: Sequence[str]) -> dict[st
       raise RescoringError(f"{where}: expected 'utterance-N cost', got {len(fields)} fields")
     if fields[0] not in known:
       raise RescoringError(f"{where}: {fields[0]!r} is not a hypothesis of the n-best text")
-    _number(fields[1], where)
+    _number(fields[1], where, "cost")
     costs[fields[0]] = fields[1]
   missing = [i for i in ids if i not in costs]
   if missing:
@@ -144,7 +146,7 @@ def parse_kaldi(directory: epath.Path, acoustic_scale: float) -> list[Hypothesis
       raise RescoringError(f"{path} not found: a Kaldi n-best directory holds "
                            f"{', '.join(paths)} (nbest-to-linear's outputs, the words as text)")
   hypotheses = {}  # id -> (utterance, text, line number)
-  for number, line in enumerate(paths[KALDI_TEXT].read_text().splitlines(), 1):
+  for number, line in enumerate(text_files.read_lines(paths[KALDI_TEXT], RescoringError), 1):
     if not line.strip():
       continue
     where = f"{paths[KALDI_TEXT]}:{number}"
@@ -158,7 +160,8 @@ def parse_kaldi(directory: epath.Path, acoustic_scale: float) -> list[Hypothesis
     raise RescoringError(f"{paths[KALDI_TEXT]} is empty: give one 'utterance-N words' line "
                          "per hypothesis")
   ac_cost, lm_cost = (
-      _kaldi_costs(paths[name].read_text().splitlines(), str(paths[name]), list(hypotheses))
+      _kaldi_costs(text_files.read_lines(paths[name], RescoringError), str(paths[name]),
+                   list(hypotheses))
       for name in KALDI_COSTS)
   return [Hypothesis(utterance, text, -(acoustic_scale * float(ac_cost[i]) + float(lm_cost[i])),
                      number, (ac_cost[i], lm_cost[i]))
@@ -308,7 +311,7 @@ def _records(lists: dict[str, list[Scored]]) -> Iterable[dict]:
 def _read_lines(path: epath.Path, flag: str) -> list[str]:
   if not path.is_file():
     raise RescoringError(f"{flag}={path} not found")
-  return path.read_text().splitlines()
+  return text_files.read_lines(path, RescoringError)
 
 
 def _lm_weight(text: str, has_references: bool) -> Optional[float]:

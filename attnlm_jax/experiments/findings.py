@@ -28,7 +28,7 @@ def _finished(rows: dict, names: Sequence[str]) -> list[dict]:
 
 
 def _values(runs: Sequence[dict], key: str) -> str:
-  """The runs' perplexities, comma-separated; "-" for none; "running" while none finished."""
+  """The runs' perplexities, comma-separated; "-" for none."""
   return ", ".join(markdown.format_number(run[key]) for run in runs) or "-"
 
 

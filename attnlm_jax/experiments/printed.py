@@ -80,7 +80,7 @@ def paper_result(corpus: str, model: str) -> PaperResult:
   for result in PAPER_RESULTS:
     if (result.corpus, result.model) == (corpus, model):
       return result
-  raise KeyError(f"no printed result for {model!r} on {corpus!r} in results.PAPER_RESULTS")
+  raise KeyError(f"no printed result for {model!r} on {corpus!r} in printed.PAPER_RESULTS")
 
 
 def compared_key(convention: str) -> str:

@@ -20,6 +20,7 @@ from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import seeds
+from attnlm_jax.experiments import table_page
 from attnlm_jax.experiments import tables
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
@@ -44,14 +45,6 @@ def _tables(repository: pathlib.Path) -> list[dict]:
 
 def _cell(value: Optional[float]) -> str:
   return markdown.format_number(value)
-
-
-def _difference(row: dict) -> str:
-  """"+3.7 (+5.2%)": the test difference to the printed number, under its rule."""
-  test = (row.get("differences") or {}).get("test")
-  if not test:
-    return "-"
-  return f"{test['difference']:+.1f} ({test['percent']:+.1f}%)"
 
 
 def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[str]]:
@@ -80,7 +73,8 @@ def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[s
                   _cell(row.get("test_perplexity")),
                   _cell(row.get("test_perplexity_paper_convention")),
                   f"{_cell(paper['test'])} ({_rule(paper['convention'])})" if paper else "-",
-                  _difference(row), judged])
+                  table_page.difference_cell((row.get("differences") or {}).get("test")),
+                  judged])
   return lines
 
 

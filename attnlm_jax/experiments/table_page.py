@@ -1,7 +1,7 @@
 """results.md of a table: its rows beside the printed numbers, the notes on how they ran, and
 each row's validation perplexity epoch by epoch beside the reference row's.
 
-`format_markdown` renders the results.json dict that `reproduce.write_results` writes; the
+`format_markdown` renders the results.json dict that `runner.write_results` writes; the
 row statuses below are the words both use.
 """
 
@@ -19,7 +19,7 @@ def count(value: Optional[int]) -> str:
   return "-" if value is None else f"{value:,}"
 
 
-def _difference_cell(difference: Optional[dict]) -> str:
+def difference_cell(difference: Optional[dict]) -> str:
   """"+1.2 (+1.7%)", or "-"."""
   if not difference:
     return "-"
@@ -58,7 +58,7 @@ def _markdown_cells(record: dict) -> list[str]:
   return [record["name"], record["model"], count(record["params"]), epochs, *perplexities,
           f"{number(paper['valid'])} / {number(paper['test'])}" if paper else "-",
           f"{paper['paper']}, {paper['convention']}" if paper else "-",
-          _difference_cell(differences.get("valid")), _difference_cell(differences.get("test"))]
+          difference_cell(differences.get("valid")), difference_cell(differences.get("test"))]
 
 
 def _running_note(record: dict) -> str:

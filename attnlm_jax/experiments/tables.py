@@ -29,7 +29,7 @@ class Row:
     name: the row's name, also its directory in the table's workdir.
     config: a file of configs/ and its argument, "ptb.py:score=single" (train, tagger rows).
     overrides: dotted config field -> value, as `--config.FIELD=VALUE` sets it.
-    paper: (corpus, model) of its printed row in `results.PAPER_RESULTS`, or None.
+    paper: (corpus, model) of its printed row in `printed.PAPER_RESULTS`, or None.
     kind: TRAIN, TAGGER or INTERPOLATE.
     row_dirs: dotted config field -> the row whose directory it names (the tagger of a
       `tags=1` row); those rows are trained first.
@@ -220,6 +220,9 @@ TABLES = {
     "zaremba": Table("Zaremba et al. (2015): regularized LSTMs on Penn Treebank", (
         Row("small", "zaremba.py:size=small", paper=("ptb", "Non-regularized LSTM")),
         Row("medium", "zaremba.py:size=medium", paper=("ptb", "Medium regularized LSTM")),
+        # TensorFlow's PTB tutorial's medium recipe: lr divided by 1.25 an epoch, not 1.2.
+        Row("medium_tutorial_decay", "zaremba.py:size=medium",
+            {"train.lr_decay_divisor": 1.25}, paper=("ptb", "Medium regularized LSTM")),
         Row("large", "zaremba.py:size=large", paper=("ptb", "Large regularized LSTM")),
     )),
     "salton_ptb": _salton_table("Attentive LSTM LMs on Penn Treebank, 2 x 650 (Salton et al.)",

@@ -111,6 +111,14 @@ def validate(config) -> None:
     raise ConfigError("config.model.memory='zero_slot' attends over the zero slot alone: it "
                       "needs config.model.zero_slot=True and a score with attention "
                       f"(not {config.score!r})")
+  head = heads.HEADS[scores.get(config.score).head]
+  if _zero_slot_only(config) and head.has_stats:
+    raise ConfigError(f"config.model.memory='zero_slot' with score {config.score!r}: its batch "
+                      "norm keeps statistics per sentence position, which a memory that is "
+                      "never written does not count; use memory='filled'")
+  if config.get("head_bias_init", "zeros") == "uniform" and "b" not in head.params:
+    raise ConfigError(f"config.model.head_bias_init='uniform' draws the output layer's bias "
+                      f"b_c, and score {config.score!r}'s output layer has none: use 'zeros'")
   if config.pos_tags and min(config.num_tags, config.tag_size) < 1:
     raise ConfigError(f"config.model.pos_tags needs num_tags >= 1 and tag_size >= 1 "
                       f"(got {config.num_tags}, {config.tag_size}): set them from the tagger")
@@ -595,6 +603,9 @@ def init_state(params: dict, config, batch_size: int,
   (no window: `capacity` does not bound it).
   """
   validate(config)
+  if capacity is not None and capacity < 2:
+    raise ConfigError(f"capacity = {capacity}: the memory needs at least 2 slots, the zero "
+                      "slot and one state")
   score = scores.get(config.score)
   return _initial_state(params, config, score, batch_size, capacity or config.max_len,
                         streaming=score.streaming)

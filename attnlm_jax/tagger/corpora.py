@@ -7,6 +7,7 @@ import re
 from etils import epath
 
 from attnlm_jax.common import errors
+from attnlm_jax.common import text_files
 from attnlm_jax.data import locations
 
 PUNCTUATION_TAGS = frozenset({",", ".", ":", "``", "''", "(", ")"})
@@ -32,7 +33,7 @@ def read_conll(path, drop_punctuation: bool = True) -> list[tuple[tuple, tuple]]
                       "or pass --config.data.data_dir=DIR, the directory holding train.txt "
                       "and test.txt")
   sentences, words, tags = [], [], []
-  for line in path.read_text().splitlines() + [""]:
+  for line in text_files.read_lines(path, TaggerError) + [""]:
     fields = line.split()
     if fields:
       if not (drop_punctuation and fields[1] in PUNCTUATION_TAGS):

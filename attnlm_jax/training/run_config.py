@@ -48,6 +48,10 @@ def check_training(config: ml_collections.ConfigDict) -> None:
   if config.train.min_learning_rate < 0:
     raise ConfigError(f"config.train.min_learning_rate = {config.train.min_learning_rate} "
                       "must be at least 0 (0: no floor)")
+  if config.train.min_learning_rate > config.train.learning_rate:
+    raise ConfigError(f"config.train.min_learning_rate = {config.train.min_learning_rate} is "
+                      f"above config.train.learning_rate = {config.train.learning_rate}, so no "
+                      "epoch would train: lower it (0: no floor)")
   factor = config.train.head_lr_factor
   if factor <= 0:
     raise ConfigError(f"config.train.head_lr_factor = {factor} must be positive")

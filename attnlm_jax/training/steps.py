@@ -108,7 +108,7 @@ def pairwise_sum(xs: jax.Array) -> jax.Array:
 class TrainState(NamedTuple):
   """The training state on the devices, stacked [devices, ...] (`parallel.replicate`).
 
-  totals: running sums of the training metrics since the loop last read them
+  totals: running sums of the training metrics since the loop last reset them
     ({"nll", "tokens", "nonfinite": steps whose loss was not finite}).
   step: the number of the next step.
   """

@@ -54,14 +54,15 @@ def test_cli_prints_hand_computed_statistics(tmp_path):
 
 @pytest.mark.parametrize("make_input, message", [
     (lambda d: d / "missing", "does not exist"),
-    (lambda d: _write_tiny_ptb(d / "x").parent, "use --config.data.data_dir="),
+    (lambda d: _write_tiny_ptb(d / "x").parent, "holds ptb: use --data_dir="),
+    (lambda d: d, "pass the --data_dir that holds them, or --corpus=embedded"),
 ])
 def test_cli_bad_directory_is_one_line_and_exit_1(tmp_path, make_input, message):
   result = _run(f"--data_dir={make_input(tmp_path)}")
   assert result.returncode == 1
   assert result.stdout == ""
   assert result.stderr.count("\n") == 1 and message in result.stderr
-  assert "Traceback" not in result.stderr
+  assert "Traceback" not in result.stderr and "--config" not in result.stderr
 
 
 def test_cli_bad_bytes_in_a_later_split(tmp_path):

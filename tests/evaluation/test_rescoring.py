@@ -113,7 +113,7 @@ def test_an_empty_hypothesis_is_read_in_every_format_and_ranked_by_hand(tmp_path
     ({"text": "u1 the cat\n"}, r"nbest/text:1: hypothesis id 'u1' is not Kaldi's "
                                "'utterance-N'"),
     ({"text": "u1-1 a b\nu1-1 a c\n"}, r"nbest/text:2: hypothesis 'u1-1' repeats line 1"),
-    ({"ac_cost": "u1-1 80\nu1-2 x\n"}, r"nbest/ac_cost:2: first-pass score 'x' is not a"),
+    ({"ac_cost": "u1-1 80\nu1-2 x\n"}, r"nbest/ac_cost:2: cost 'x' is not a number"),
     ({"lm_cost": "u1-1 2.0\n"}, r"nbest/lm_cost has no cost for 'u1-2' and 2 more "
                                 "hypotheses"),
     ({"lm_cost": KALDI_LM + "u9-1 3.0\n"}, r"nbest/lm_cost:5: 'u9-1' is not a hypothesis "

@@ -405,6 +405,12 @@ def test_attention_of_a_model_without_attention_is_an_error():
                  return_attention=True)
 
 
+def test_a_memory_of_fewer_than_two_slots_is_refused():
+  config = tiny_config("combined")
+  with pytest.raises(ConfigError, match="capacity = 1: the memory needs at least 2 slots"):
+    models.init_state(models.init(jax.random.key(0), config), config, 1, capacity=1)
+
+
 def test_bfloat16_compute_stays_close_to_float32():
   config = tiny_config("combined")
   params = randomized_params(config)   # not near 0, so bfloat16's rounding shows

@@ -143,6 +143,17 @@ def test_the_zero_slot_memory_needs_attention_and_the_zero_slot():
     models.init_stream_state(models.init(jax.random.key(0), config), config, 2)
 
 
+@pytest.mark.parametrize("score, field, value, message", [
+    ("conv1x1", "memory", "zero_slot", "batch norm keeps statistics per sentence position"),
+    ("conv1x1", "head_bias_init", "uniform", "output layer has none"),
+    ("none", "head_bias_init", "uniform", "output layer has none"),
+])
+def test_a_released_field_the_score_cannot_take_is_refused(score, field, value, message):
+  with pytest.raises(ConfigError, match=message):
+    models.validate(tiny(score, **{field: value}))
+  models.validate(tiny("single", **{field: value}))  # The released network's own score.
+
+
 def _data(**overrides):
   config = tiny_config.config(**{"data__bucket": False, **overrides})
   return data_lib.load(config.data)

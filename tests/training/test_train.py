@@ -147,6 +147,7 @@ def test_training_ends_before_an_epoch_below_the_learning_rate_floor(tmp_path):
 
 @pytest.mark.parametrize("field, value, message", [
     ("min_learning_rate", -0.1, "min_learning_rate = -0.1 must be at least 0"),
+    ("min_learning_rate", 5.0, "min_learning_rate = 5.0 is above config.train.learning_rate"),
     ("lr_schedule", "cosine", "lr_schedule = 'cosine' is not a schedule: use one of epochs, "
                               "plateau"),
     ("lr_plateau_improvement", 1.5, "lr_plateau_improvement = 1.5 must be a fraction"),
