@@ -20,6 +20,7 @@ import numpy as np
 
 from attnlm_jax.common.errors import ConfigError
 from attnlm_jax.models import heads
+from attnlm_jax.models import losses
 from attnlm_jax.models import lstm
 from attnlm_jax.models import memory as memory_lib
 from attnlm_jax.models import nn
@@ -317,7 +318,7 @@ def _forward(params, config, tokens, lengths, state, *, train, rng, need_weights
   if train and config.dropout > 0 and rng is None:
     raise ValueError("apply(train=True) needs an rng for dropout")
   batch_size, num_steps = tokens.shape
-  valid = jnp.arange(num_steps)[None, :] < lengths[:, None]                    # [B, T]
+  valid = losses.token_mask(lengths, num_steps)                                # [B, T]
   embedded = jnp.swapaxes(_embed(params, config, tokens, tags), 0, 1)          # [T, B, D]
   rows = jnp.arange(batch_size) if rows is None else rows
   drop = (_dropout(rng, config, rows, num_steps, embedded.shape[-1])
@@ -423,7 +424,7 @@ def _attend_window(params, config, score, query, outputs, lengths, state: Decode
   mask = memory_lib.window_mask(carried.mask, lengths, num_steps)
   context, weights = scores.attend_in_blocks(score, params.get("score"), query, slots, mask,
                                              cdt, config.score_block_elements)
-  valid = jnp.arange(num_steps)[None, :] < lengths[:, None]
+  valid = losses.token_mask(lengths, num_steps)
   memory = memory_lib.window_tail(slots, jnp.concatenate([carried.mask, valid], axis=1),
                                   carried.states.shape[1])
   if score.key is not None:
@@ -527,7 +528,7 @@ def _scan(params, config, score, embedded, lengths, drop, state, need_weights: b
   del need_weights
   num_steps, batch_size, _ = embedded.shape
   gates_x = _first_gates(params, embedded, _compute_dtype(config))
-  valid = jnp.arange(num_steps)[:, None] < lengths[None, :]                    # [T, B]
+  valid = losses.token_mask(lengths, num_steps).T                              # [T, B]
   step_drop = (drop.between.swapaxes(0, 1), drop.output) if drop is not None else None
   carry = (_initial_state(params, config, score, batch_size, capacity=num_steps)
            if state is None else _with_keys(params, config, score, state))

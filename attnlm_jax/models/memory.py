@@ -11,9 +11,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-# The max score of a running mean over no valid slot: exp() of it against any real score
-# underflows to exactly 0 in float32 (as nn.masked_softmax's masked score).
-_NO_SCORE = -1e9
+from attnlm_jax.models import nn
 
 
 class Memory(NamedTuple):
@@ -127,7 +125,8 @@ def _merge(a: RunningMean, b: RunningMean) -> RunningMean:
 def _slots(scores: jax.Array, states: jax.Array, valid: jax.Array) -> RunningMean:
   """Each slot alone as a summary: (e_i, 1, h_i) if valid, else an empty one."""
   weight = valid.astype(states.dtype)
-  return RunningMean(jnp.where(valid, scores, _NO_SCORE), weight, states * weight[..., None])
+  return RunningMean(jnp.where(valid, scores, nn.MASKED_SCORE), weight,
+                     states * weight[..., None])
 
 
 def running_empty(batch_size: int, dim: int, zero_slot: bool) -> RunningMean:

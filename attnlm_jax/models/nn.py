@@ -7,8 +7,9 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
-# Large negative score for masked slots: exp() of it underflows to exactly 0 in float32.
-_MASKED_SCORE = -1e9
+# Large negative score for masked slots (and a running mean's over none): exp() of it
+# against any real score underflows to exactly 0 in float32.
+MASKED_SCORE = -1e9
 
 # The precision of every matmul of the models: that of its inputs' dtype. float32 inputs are
 # multiplied in float32 on TPUs and GPUs too, whose default rounds them to bfloat16 (TPUs) or
@@ -64,7 +65,7 @@ def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
 
   a_i = exp(e_i) / sum_{j valid} exp(e_j) for valid i, and 0 for masked i.
   """
-  scores = jnp.where(mask, scores, _MASKED_SCORE)
+  scores = jnp.where(mask, scores, MASKED_SCORE)
   scores = scores - jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
   weights = jnp.exp(scores) * mask
   return weights / jnp.maximum(jnp.sum(weights, axis=-1, keepdims=True), 1e-30)
