@@ -98,12 +98,67 @@ def evaluate(model: TrainedModel, split: str) -> dict:
   return {"split": split, **result, "step": model.step}
 
 
-def _log_prob_step(params, batch, *, model_config):
-  """Per-token log-probs [rows, T] (0 at padding) of one device's slice (under pmap)."""
-  logits = models.apply(params, model_config, batch["inputs"], batch["lengths"],
-                        tags=batch.get("tags"))
+def log_prob_step(params, batch, carry, *, model_config, hidden: Optional[str] = None):
+  """log p of each target [rows, T] (0 at padding), the hidden states `hidden` names
+  [rows, T, H] (`models.HIDDEN_STATES`; None: none) and the rows' state after the batch
+  (`carry`: a stream window's carried state; None: every row from the zero state, and None
+  after)."""
+  kwargs = {"tags": batch.get("tags")}
+  if hidden is not None:
+    kwargs.update(return_hidden=True, hidden=hidden)
+  if carry is None:
+    outputs = models.apply(params, model_config, batch["inputs"], batch["lengths"], **kwargs)
+  else:
+    outputs, carry, _ = models.apply_window(params, model_config, batch["inputs"],
+                                            batch["lengths"], carry, **kwargs)
+  logits, states = outputs if hidden is not None else (outputs, None)
   log_probs = losses.token_log_probs(logits, batch["targets"])
-  return jnp.where(losses.token_mask(batch["lengths"], log_probs.shape[1]), log_probs, 0.0)
+  mask = losses.token_mask(batch["lengths"], log_probs.shape[1])
+  return jnp.where(mask, log_probs, 0.0), states, carry
+
+
+def _unit_batches(stream: pipeline.EncodedSplit, units: tuple[np.ndarray, np.ndarray],
+                  batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray, dict]]:
+  """(each row's offset in the stream, its tokens, the sharded batch) of evaluation's batches
+  over `units`: each unit one whole row, longest first (filler rows, last, are not placed)."""
+  starts, lengths = units
+  for rows, batch in pipeline.eval_batches(stream, units, batch_size):
+    placed = rows[rows >= 0]
+    yield (starts[placed], lengths[placed],
+           parallel.shard_batch(batch, steps.EVAL_TIME_MULTIPLE))
+
+
+def _window_batches(data: pipeline.LMData, split: str, batch_size: int,
+                    width: int) -> Iterator[tuple[np.ndarray, np.ndarray, dict]]:
+  """The same for the stream protocol's windows of `split`, read as `batch_size` streams."""
+  starts, lengths = data.stream_rows(split, batch_size)
+  for window, batch in enumerate(data.eval_batches(split, batch_size)):
+    offset = window * width
+    yield starts + offset, np.clip(lengths - offset, 0, width), parallel.shard_batch(batch)
+
+
+def _outputs(model: TrainedModel, num_tokens: int, batches, carry,
+             hidden: Optional[str]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+  """log p [num_tokens] (float64) and, with `hidden`, the hidden states [num_tokens, H]
+  (float32) of the tokens that `batches` (`_unit_batches`, `_window_batches`) place, each
+  batch scored by the pmapped `log_prob_step` from the `carry` the one before left."""
+  batch_size = model.config.data.eval_batch_size
+  p_step = jax.pmap(functools.partial(log_prob_step, model_config=model.config.model,
+                                      hidden=hidden), axis_name=parallel.AXIS)
+  p_params = parallel.replicate(model.params)
+  log_probs = np.zeros(num_tokens, np.float64)
+  states = (None if hidden is None
+            else np.zeros((num_tokens, model.config.model.hidden_size), np.float32))
+  for starts, counts, batch in batches:
+    batch_log_probs, batch_states, carry = p_step(p_params, batch, carry)
+    batch_log_probs = np.asarray(batch_log_probs).reshape(batch_size, -1)
+    if states is not None:
+      batch_states = np.asarray(batch_states).reshape(*batch_log_probs.shape, -1)
+    for row, (start, count) in enumerate(zip(starts, counts)):
+      log_probs[start:start + count] = batch_log_probs[row, :count]
+      if states is not None:
+        states[start:start + count] = batch_states[row, :count]
+  return log_probs, states
 
 
 def stream_log_probs(model: TrainedModel, stream: pipeline.EncodedSplit,
@@ -116,67 +171,38 @@ def stream_log_probs(model: TrainedModel, stream: pipeline.EncodedSplit,
   is in stream order.
   """
   units = units or batching.sentence_units(stream.sentence_lengths)
-  starts, lengths = units
+  batches = _unit_batches(stream, units, model.config.data.eval_batch_size)
+  return _outputs(model, len(stream.tokens), batches, None, None)[0]
+
+
+def split_outputs(model: TrainedModel, split: str, hidden: Optional[str] = None
+                  ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+  """(tokens [N], log-probs [N], the hidden states `hidden` names [N, H] or None) of a split
+  of the model's corpus, in stream order.
+
+  The tokens are the split's stream (each sentence's word ids, then EOS_ID); the rest is
+  computed over the rows of evaluation (config.data.span: whole sentences or documents, or
+  under the stream protocol `eval_batch_size` streams read in windows with the state
+  carried), so the log-probs sum to minus the `nll` of `evaluate`.
+  """
+  data = model.data
+  stream = data.split(split)
   batch_size = model.config.data.eval_batch_size
-  p_step = jax.pmap(functools.partial(_log_prob_step, model_config=model.config.model),
-                    axis_name=parallel.AXIS)
-  p_params = parallel.replicate(model.params)
-  result = np.zeros(len(stream.tokens), np.float64)
-  for rows, batch in pipeline.eval_batches(stream, units, batch_size):
-    log_probs = np.asarray(p_step(p_params, parallel.shard_batch(batch,
-                                                                  steps.EVAL_TIME_MULTIPLE)))
-    log_probs = log_probs.reshape(batch_size, -1)
-    for row, unit in enumerate(rows[rows >= 0]):
-      result[starts[unit]:starts[unit] + lengths[unit]] = log_probs[row, :lengths[unit]]
-  return result
-
-
-def _window_log_prob_step(params, batch, carry, *, model_config):
-  """`_log_prob_step` of one stream window, from and to the rows' carried state (pmap)."""
-  logits, carry, _ = models.apply_window(params, model_config, batch["inputs"],
-                                         batch["lengths"], carry, tags=batch.get("tags"))
-  log_probs = losses.token_log_probs(logits, batch["targets"])
-  return jnp.where(losses.token_mask(batch["lengths"], log_probs.shape[1]), log_probs,
-                   0.0), carry
-
-
-def _stream_protocol_log_probs(model: TrainedModel, data: pipeline.LMData,
-                               split: str) -> np.ndarray:
-  """log p(token) [N] of every token of `split` read as evaluation reads a stream: the
-  windows of `eval_batch_size` rows with the state carried (config.data.span "stream")."""
-  batch_size = model.config.data.eval_batch_size
-  p_step = jax.pmap(functools.partial(_window_log_prob_step, model_config=model.config.model),
-                    axis_name=parallel.AXIS)
-  p_params = parallel.replicate(model.params)
-  carry = parallel.replicate(steps.initial_carry(
-      model.params, model.config.model, batch_size // jax.local_device_count()))
-  starts, lengths = data.stream_rows(split, batch_size)
-  width = model.config.data.max_len
-  result = np.zeros(len(data.split(split).tokens), np.float64)
-  for window, batch in enumerate(data.eval_batches(split, batch_size)):
-    log_probs, carry = p_step(p_params, parallel.shard_batch(batch), carry)
-    log_probs = np.asarray(log_probs).reshape(batch_size, width)
-    for row in range(batch_size):
-      offset = window * width
-      count = int(np.clip(lengths[row] - offset, 0, width))
-      result[starts[row] + offset:starts[row] + offset + count] = log_probs[row, :count]
-  return result
+  if data.is_stream:
+    carry = parallel.replicate(steps.initial_carry(
+        model.params, model.config.model, batch_size // jax.local_device_count()))
+    batches = _window_batches(data, split, batch_size, model.config.data.max_len)
+  else:
+    carry, batches = None, _unit_batches(stream, data.units(split), batch_size)
+  log_probs, states = _outputs(model, len(stream.tokens), batches, carry, hidden)
+  return stream.tokens, log_probs, states
 
 
 def split_log_probs(model: TrainedModel, split: str) -> tuple[np.ndarray, np.ndarray]:
-  """(tokens [N], log-probs [N]) of a split of the model's corpus.
-
-  The tokens are the split's stream (each sentence's word ids, then EOS_ID); the log-probs
-  are computed over the rows of evaluation (config.data.span: `stream_log_probs` over
-  sentences or documents, carried windows under the stream protocol), so they sum to minus
-  the `nll` of `evaluate`.
-  """
+  """(tokens [N], log-probs [N]) of a split of the model's corpus (`split_outputs`)."""
   model.check_every_token("a log-probability of every token")
-  data = model.data
-  stream = data.split(split)
-  if data.is_stream:
-    return stream.tokens, _stream_protocol_log_probs(model, data, split)
-  return stream.tokens, stream_log_probs(model, stream, data.units(split))
+  tokens, log_probs, _ = split_outputs(model, split)
+  return tokens, log_probs
 
 
 def _tagged(model: TrainedModel, text: data_lib.SplitText,

@@ -19,15 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlm_jax.common.errors import UserError
-from attnlm_jax.data import pipeline
 from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax import models
 from attnlm_jax.models import losses
 from attnlm_jax.models import nn
 from attnlm_jax.testtime import grid_search as grid_search_lib
-from attnlm_jax.training import parallel
-from attnlm_jax.training import steps
 
 FIT_SPLIT = "valid"
 # The grid searched on the validation split (theta scales h_t · h_i; lambda 0 is the model).
@@ -41,67 +38,13 @@ class CacheError(UserError):
   """A cache size, theta, lambda or choice of hidden states that cannot be used."""
 
 
-def _states_step(params, batch, carry, *, model_config, states: str):
-  """log p of each target [rows, T] (0 at padding), the hidden states `states` [rows, T, H]
-  (`models.HIDDEN_STATES`) and the rows' state after the batch (`carry`: a stream window's
-  carried state, else None)."""
-  kwargs = {"tags": batch.get("tags"), "return_hidden": True, "hidden": states}
-  if carry is None:
-    logits, hidden = models.apply(params, model_config, batch["inputs"], batch["lengths"],
-                                  **kwargs)
-  else:
-    (logits, hidden), carry, _ = models.apply_window(params, model_config, batch["inputs"],
-                                                     batch["lengths"], carry, **kwargs)
-  log_probs = losses.token_log_probs(logits, batch["targets"])
-  mask = losses.token_mask(batch["lengths"], log_probs.shape[1])
-  return jnp.where(mask, log_probs, 0.0), hidden, carry
-
-
 def split_states(model: evaluate.TrainedModel, split: str, states: str = "lstm"
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(tokens [N], log p_model [N] (float64), h_t [N, H] (float32; h'_t with `states`
-  "head", `models.HIDDEN_STATES`)) of every token of a split.
-
-  Computed as evaluation computes them (`evaluate.split_log_probs`: the rows of
-  config.data.span in batches of `eval_batch_size`, pmapped; carried windows under the
-  stream protocol) and laid out in stream order.
-  """
+  "head", `models.HIDDEN_STATES`)) of every token of a split, computed as evaluation
+  computes them and laid out in stream order (`evaluate.split_outputs`)."""
   model.check_every_token("the neural cache")
-  data = model.data
-  stream = data.split(split)
-  batch_size = model.config.data.eval_batch_size
-  p_step = jax.pmap(functools.partial(_states_step, model_config=model.config.model,
-                                      states=states), axis_name=parallel.AXIS)
-  p_params = parallel.replicate(model.params)
-  log_probs = np.zeros(len(stream.tokens), np.float64)
-  hidden = np.zeros((len(stream.tokens), model.config.model.hidden_size), np.float32)
-
-  def place(starts, lengths, batch_log_probs, batch_hidden):
-    """Puts the first `lengths[r]` steps of batch row r at stream offset `starts[r]`."""
-    batch_log_probs = np.asarray(batch_log_probs).reshape(batch_size, -1)
-    batch_hidden = np.asarray(batch_hidden).reshape(batch_size, batch_log_probs.shape[1], -1)
-    for row, (start, length) in enumerate(zip(starts, lengths)):
-      log_probs[start:start + length] = batch_log_probs[row, :length]
-      hidden[start:start + length] = batch_hidden[row, :length]
-
-  if data.is_stream:
-    width = model.config.data.max_len
-    starts, lengths = data.stream_rows(split, batch_size)
-    carry = parallel.replicate(steps.initial_carry(
-        model.params, model.config.model, batch_size // jax.local_device_count()))
-    for window, batch in enumerate(data.eval_batches(split, batch_size)):
-      batch_log_probs, batch_hidden, carry = p_step(p_params, parallel.shard_batch(batch),
-                                                    carry)
-      counts = np.clip(lengths - window * width, 0, width)
-      place(starts + window * width, counts, batch_log_probs, batch_hidden)
-  else:
-    starts, lengths = data.units(split)
-    for rows, batch in pipeline.eval_batches(stream, (starts, lengths), batch_size):
-      units = rows[rows >= 0]
-      batch_log_probs, batch_hidden, _ = p_step(
-          p_params, parallel.shard_batch(batch, steps.EVAL_TIME_MULTIPLE), None)
-      place(starts[units], lengths[units], batch_log_probs, batch_hidden)
-  return stream.tokens, log_probs, hidden
+  return evaluate.split_outputs(model, split, states)
 
 
 @functools.partial(jax.jit, static_argnames=("size", "block"))

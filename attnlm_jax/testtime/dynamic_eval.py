@@ -89,16 +89,9 @@ def update(weight, grad, anchor, denominator, decay_scale, learning_rate, decay)
 
 
 def _window_log_probs(params, batch, carry, model_config):
-  """log p of each target [rows, T] (0 at padding) and the rows' state after the window
-  (`carry`: the stream's carried state, else None)."""
-  if carry is None:
-    logits = models.apply(params, model_config, batch["inputs"], batch["lengths"],
-                          tags=batch.get("tags"))
-  else:
-    logits, carry, _ = models.apply_window(params, model_config, batch["inputs"],
-                                           batch["lengths"], carry, tags=batch.get("tags"))
-  mask = losses.token_mask(batch["lengths"], batch["targets"].shape[1])
-  return jnp.where(mask, losses.token_log_probs(logits, batch["targets"]), 0.0), carry
+  """`evaluate.log_prob_step` without hidden states: (log-probs [rows, T], carry after)."""
+  log_probs, _, carry = evaluate.log_prob_step(params, batch, carry, model_config=model_config)
+  return log_probs, carry
 
 
 def _gradient(params, batch, carry, model_config):
