@@ -129,6 +129,13 @@ BFLOAT16_ROWS = (Row("none_bfloat16", "ptb.py:score=none",
                      note=STOPPING_RULE_NOTE),)
 
 
+# `average` with its paper's batches (Salton & Kelleher 2018, sec. 6.3): 32 sentences "taken
+# from the dataset in sequence", each padded to 35 tokens; the recipe shuffles and buckets.
+AVERAGE_ORDER_ROWS = (Row("average_in_sequence", "ptb.py:score=average",
+                          {**STOPPING_RULE, "data.shuffle": False, "data.bucket": False},
+                          paper=("ptb", "Averaging RNN-LM"), note=STOPPING_RULE_NOTE),)
+
+
 # The Salton papers' scores, and `proj`, their control: one row each in their tables.
 SALTON_SCORES = ("none", "proj", "single", "combined", "average", "conv1x1")
 
@@ -229,7 +236,7 @@ TABLES = {
                                 "ptb.py", "ptb",
                                 stopping_rule=("none", "proj", "combined", "average", "conv1x1"),
                                 seeds=("none", "proj", "single"),
-                                extra=BFLOAT16_ROWS + RELEASED_ROWS,
+                                extra=BFLOAT16_ROWS + RELEASED_ROWS + AVERAGE_ORDER_ROWS,
                                 comparisons=(("single", "none"), ("proj", "none"),
                                              ("single", "proj"))),
     "salton_wt2": _salton_table("Attentive LSTM LMs on WikiText-2, 2 x 1000 (Salton et al.)",
