@@ -18,3 +18,8 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
   """A Markdown table of text cells."""
   lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
   return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def listing(items: Sequence[str]) -> str:
+  """Items as prose: "a", "a and b", "a, b and c"."""
+  return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 2 else items)

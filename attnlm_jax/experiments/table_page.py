@@ -96,7 +96,7 @@ def _learning_rate_notes(rows: Sequence[dict]) -> list[str]:
   for record in rows:
     if record.get("learning_rate") not in (None, usual):
       by_rate.setdefault(record["learning_rate"], []).append(f"`{record['name']}`")
-  return [f"- {' and '.join(names)} start{'s' if len(names) == 1 else ''} at learning rate "
+  return [f"- {markdown.listing(names)} start{'s' if len(names) == 1 else ''} at learning rate "
           f"{rate} ({'its config' if len(names) == 1 else 'their configs'}; the other rows at "
           f"{usual})." for rate, names in by_rate.items()]
 
@@ -128,7 +128,7 @@ def _batching_notes(rows: Sequence[dict]) -> list[str]:
   if len(by_kind) < 2:
     return []
   usual = max(by_kind, key=lambda kind: len(by_kind[kind]))
-  others = [f"{' and '.join(names)} on {BATCH_KINDS[kind]}" for kind, names in by_kind.items()
+  others = [f"{markdown.listing(names)} on {BATCH_KINDS[kind]}" for kind, names in by_kind.items()
             if kind != usual]
   return [f"- Training batches: {'; '.join(others)}; the other rows on {BATCH_KINDS[usual]} "
           "(docs/models.md)."]

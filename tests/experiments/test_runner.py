@@ -26,9 +26,10 @@ from attnlm_jax.training import train
 import tiny_config
 
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1", "none_seed1",
-               "proj_seed1", "single_seed1", "none_bfloat16", "released", "released_attention")
+               "proj_seed1", "single_seed1", "none_bfloat16", "released", "released_attention",
+               "average_in_sequence")
 STOPPING_RULE_ROWS = ("none", "proj", "combined", "average", "conv1x1", "none_seed1",
-                      "proj_seed1", "none_bfloat16")
+                      "proj_seed1", "none_bfloat16", "average_in_sequence")
 RELEASED_ROWS = ("released", "released_attention")   # 23 epochs: their lr halves from 14.
 
 
@@ -214,7 +215,8 @@ def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp
     assert row["epochs"] == epochs and row["status"] == "not started"
     assert row["total_tokens"] == epochs * row["tokens_per_epoch"] > 800_000 * epochs
     assert f"{row['params']:,}" in printed and row["command"] in printed
-    score, seeded, _ = row["name"].removesuffix("_bfloat16").partition("_seed")
+    score, seeded, _ = (row["name"].removesuffix("_bfloat16").removesuffix("_in_sequence")
+                        .partition("_seed"))
     config = ("released.py:score=single,memory=" + ("filled" if "attention" in score
                                                      else "zero_slot")
               if score in RELEASED_ROWS else f"ptb.py:score={score}")
@@ -222,6 +224,8 @@ def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp
     assert ("--config.seed=1 --config.data.seed=1" in row["command"]) == bool(seeded)
     assert ("--config.model.compute_dtype=bfloat16" in row["command"]) == (
         row["name"] == "none_bfloat16")
+    assert ("--config.data.shuffle=false --config.data.bucket=false" in row["command"]) == (
+        row["name"] == "average_in_sequence")
   assert not (tmp_path / "table").exists()
 
 
@@ -235,8 +239,8 @@ def test_the_stopping_rule_ends_its_rows_after_epoch_22_and_their_page_says_so(t
   table = json.loads((tmp_path / runner.RESULTS_JSON).read_text())
   assert {r["name"]: r["num_epochs"] for r in table["rows"]} == {
       name: _most_epochs(name) for name in SALTON_ROWS}
-  assert [r["name"] for r in table["rows"] if "note" in r] == list(STOPPING_RULE_ROWS
-                                                                   + RELEASED_ROWS)
+  assert sorted(r["name"] for r in table["rows"] if "note" in r) == sorted(
+      STOPPING_RULE_ROWS + RELEASED_ROWS)
   markdown = (tmp_path / runner.RESULTS_MD).read_text().splitlines()
   noted = [line for line in markdown if line.endswith(f" {tables.STOPPING_RULE_NOTE}.")]
   assert noted == [f"- `{name}` {tables.STOPPING_RULE_NOTE}." for name in STOPPING_RULE_ROWS]
@@ -625,8 +629,9 @@ def test_code_note_by_hand():
 
 
 @pytest.mark.parametrize("name,lowered,note", [
-    ("salton_ptb", ("average", "conv1x1"), "`average` and `conv1x1` start at learning rate 0.5 "
-                                           "(their configs; the other rows at 1.0)"),
+    ("salton_ptb", ("average", "conv1x1", "average_in_sequence"),
+     "`average`, `conv1x1` and `average_in_sequence` start at learning rate 0.5 (their configs; "
+     "the other rows at 1.0)"),
     ("ptb_cpu", ("conv1x1",), "`conv1x1` starts at learning rate 0.5 (its config; the other "
                               "rows at 1.0)")])
 def test_a_row_that_starts_at_another_learning_rate_says_so_on_its_page(name, lowered, note,
