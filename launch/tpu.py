@@ -234,7 +234,8 @@ def validate(spec: LaunchSpec) -> None:
                       f"has {hosts} hosts that do not share disks: use --workdir=gs://BUCKET/PATH")
   elif "delete" in spec.steps and "fetch" not in spec.steps:
     raise LaunchError(f"--workdir={spec.workdir} is on the TPU VM's disk and would be deleted "
-                      "with it: add fetch to --steps, use gs://, or pass --nodelete_after")
+                      "with it: add fetch to --steps, use gs://, or keep the VM (delete left out "
+                      "of --steps; with --steps=all, --nodelete_after)")
   if spec.source == "git":
     if not spec.repo:
       raise LaunchError("missing --repo: pass the project's git URL (e.g. --repo=https://"

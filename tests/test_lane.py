@@ -124,6 +124,17 @@ def test_pause_freezes_and_resumes_the_processes_that_name_the_run_directory(tmp
       process.wait()
 
 
+def test_pause_leaves_its_callers_running_when_they_name_the_run_directory(tmp_path):
+  """A wrapper "pause; measure; resume" whose own command line names the run directory."""
+  run_dir = tmp_path / "runs"
+  run_dir.mkdir()
+  script = f'bash {PAUSE} "$0" stop && echo measured && bash {PAUSE} "$0" cont'
+  result = subprocess.run(["bash", "-c", script, str(run_dir)], capture_output=True, text=True,
+                          timeout=30)
+  assert result.stdout == "measured\n"
+  assert _log_events(run_dir) == ["pause.sh stop", "pause.sh cont"]
+
+
 def test_pause_refuses_an_unknown_action(tmp_path):
   result = subprocess.run(["bash", str(PAUSE), str(tmp_path), "halt"], capture_output=True,
                           text=True, timeout=30)

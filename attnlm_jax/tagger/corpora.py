@@ -66,7 +66,7 @@ def read_treebank_pos(directory, drop_punctuation: bool = True) -> list[tuple[tu
         continue
       tag = tag.split("|")[0]
       if not (drop_punctuation and tag in PUNCTUATION_TAGS):
-        words.append(normalize(word.replace("\\/", "/")))
+        words.append(normalize(word))  # `summer\/winter` keeps its escape, as PTB does.
         tags.append(tag)
       if tag == "." and words:
         sentences.append((tuple(words), tuple(tags)))

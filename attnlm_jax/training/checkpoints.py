@@ -9,6 +9,7 @@ from typing import Any, Optional
 from absl import logging
 from etils import epath
 import jax
+from jax.experimental import multihost_utils
 import ml_collections
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
@@ -137,16 +138,20 @@ class Checkpoints:
     return None
 
   def _set_aside(self, step: int) -> None:
-    """Moves checkpoint `step` to `unreadable_checkpoints/<step>[.N]` and forgets it."""
-    self._unreadable_directory.mkdir(parents=True, exist_ok=True)
-    destination = self._unreadable_directory / str(step)
-    copies = 1
-    while destination.exists():
-      destination = self._unreadable_directory / f"{step}.{copies}"
-      copies += 1
-    (self.directory / str(step)).rename(destination)
+    """Moves checkpoint `step` to `unreadable_checkpoints/<step>[.N]` and forgets it: process 0
+    moves it, every process waits for the move, then forgets it."""
+    if jax.process_index() == 0:
+      self._unreadable_directory.mkdir(parents=True, exist_ok=True)
+      destination = self._unreadable_directory / str(step)
+      copies = 1
+      while destination.exists():
+        destination = self._unreadable_directory / f"{step}.{copies}"
+        copies += 1
+      (self.directory / str(step)).rename(destination)
+      logging.warning("moved unreadable checkpoint %d to %s", step, destination)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"checkpoint {step} set aside")
     self._manager.reload()
-    logging.warning("moved unreadable checkpoint %d to %s", step, destination)
 
   def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
     """{"embed": (V, H), "lstm/0/...": ...} of the parameters saved at `step`.

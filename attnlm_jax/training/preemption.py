@@ -52,6 +52,7 @@ class StopSignals:
     self._received: Optional[int] = None
     self._previous = {}
     self._multiprocess = False
+    self._at_once: Optional[str] = None
 
   def __enter__(self) -> "StopSignals":
     self._multiprocess = jax.process_count() > 1
@@ -70,6 +71,9 @@ class StopSignals:
 
   def _handle(self, signal_number: int, frame) -> None:
     del frame
+    if self._at_once is not None:
+      self._received = signal_number
+      raise Stopped(signal_number, self._at_once.format(signal=signal_name(signal_number)))
     if self._received is None:
       self._received = signal_number
       logging.warning("%s received: finishing the current step, then saving",
@@ -77,6 +81,13 @@ class StopSignals:
     else:
       logging.warning("%s received again: still saving the checkpoint; it stops when the "
                       "save is complete", signal_name(signal_number))
+
+  def at_once(self, message: str) -> None:
+    """From now on a signal raises Stopped at once, with `message` ("{signal}" in it names
+    the signal), for when nothing is left to save; a signal already received raises it now."""
+    self._at_once = message
+    if self._received is not None:
+      raise Stopped(self._received, message.format(signal=signal_name(self._received)))
 
   @property
   def received(self) -> Optional[int]:

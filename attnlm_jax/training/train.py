@@ -227,9 +227,9 @@ class _Session:
 
   def _restore(self, params: dict) -> bool:
     """Sets the host state and its meta from the latest checkpoint, or the initial ones;
-    True when a checkpoint was restored. A key that older checkpoints lack keeps its initial
-    value. Host arrays: every process saves and restores the same numpy tree (Orbax writes it
-    once)."""
+    True when a checkpoint was restored. A meta key that older checkpoints lack keeps its
+    initial value. Host arrays: every process saves and restores the same numpy tree (Orbax
+    writes it once)."""
     self.state = jax.device_get(steps.initial_state(self.config, params))
     self.meta = {"epoch": 0, "epoch_done": True, "iterator": None, "batches_done": 0,
                  "train_seconds": 0.0,
@@ -370,8 +370,11 @@ class _Session:
       raise self._stopped(epoch, self.num_batches)
 
   def _final_evaluation(self) -> dict:
-    """Restores the best epoch's parameters and evaluates them on valid and test."""
+    """Restores the best epoch's parameters and evaluates them on valid and test; a signal
+    now stops the run at once (its training is saved)."""
     self.ckpt.wait()
+    self.stop.at_once("stopped by {signal} before the final evaluation: the run is trained and "
+                      "saved; rerun the same command to evaluate it")
     best = self.ckpt.best_step()
     state, meta = self.ckpt.restore(best, self.state)
     self.ckpt.close()

@@ -84,10 +84,10 @@ def test_read_treebank_pos_splits_sentences_at_the_full_stop(tmp_path):
   (tmp_path / "wsj_0001.pos").write_text(
       "======================================\n\n[ Pierre/NNP Vinken/NNP ]\n,/, \n"
       "[ 61/CD years/NNS ]\nold/JJ ./. \n\n[ a/DT 1\\/2/CD ]\n\n[ that/WDT ]\n"
-      "targeting/VBG|NN ./. \n")
+      "targeting/VBG|NN summer\\/winter/NN ./. \n")
   assert tagger_corpora.read_treebank_pos(tmp_path) == [
       (("pierre", "vinken", "N", "years", "old"), ("NNP", "NNP", "CD", "NNS", "JJ")),
-      (("a", "N", "that", "targeting"), ("DT", "CD", "WDT", "VBG"))]
+      (("a", "N", "that", "targeting", "summer\\/winter"), ("DT", "CD", "WDT", "VBG", "NN"))]
   with pytest.raises(tagger_corpora.TaggerError,
                      match=r'"python -m attnlm_jax\.data\.download --corpus=treebank_sample", '
                            r'pass --config\.data\.treebank_dir=DIR, .* or '

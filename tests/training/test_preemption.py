@@ -3,6 +3,8 @@
 import os
 import signal
 
+import pytest
+
 from attnlm_jax.training import preemption
 
 
@@ -23,3 +25,15 @@ def test_the_stopped_line_and_exit_status():
   assert str(stopped) == ("stopped by SIGTERM at step 1200 (epoch 3, batch 115): saved; rerun "
                           "the same command to resume")
   assert (stopped.exit_status, preemption.Stopped(signal.SIGINT, "").exit_status) == (143, 130)
+
+
+def test_after_at_once_a_signal_stops_at_once():
+  with preemption.StopSignals() as stop:
+    stop.at_once("stopped by {signal} with nothing left to save")
+    with pytest.raises(preemption.Stopped, match="^stopped by SIGINT with nothing left") as e:
+      os.kill(os.getpid(), signal.SIGINT)
+    assert e.value.exit_status == 130
+  with preemption.StopSignals() as stop:
+    os.kill(os.getpid(), signal.SIGTERM)          # received while there was still work to save
+    with pytest.raises(preemption.Stopped, match="^stopped by SIGTERM"):
+      stop.at_once("stopped by {signal}")
