@@ -72,6 +72,8 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
   params = jax.eval_shape(functools.partial(models.init, config=config.model),
                           jax.random.PRNGKey(0))
   checkpoints.check_compatible(workdir, vocab, params)
+  if config.model.pos_tags:
+    checkpoints.check_tagger(workdir, config.data)
   ckpt = checkpoints.Checkpoints(workdir, read_only=True)
   step = ckpt.best_step()
   step = ckpt.latest_step() if step is None else step

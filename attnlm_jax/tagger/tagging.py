@@ -3,6 +3,7 @@ caches the tags in `<tagger workdir>/tags/<corpus>.<split>.txt` (beside the tagg
 them: the corpora directory is read-only), one line per sentence, one tag per word."""
 
 import functools
+import hashlib
 import json
 from typing import Callable, Optional, Sequence
 
@@ -50,6 +51,17 @@ def num_tags(data_config: ml_collections.ConfigDict) -> int:
                               "--mode=train_tagger --config=configs/tagger.py "
                               "--workdir=TAGGER_DIR and pass --config.data.tagger_dir=TAGGER_DIR")
   return len(_read_meta(epath.Path(data_config.tagger_dir))["tags"])
+
+
+def fingerprint(workdir) -> str:
+  """A short hash of the tagger saved in `workdir` (parameters, vocabularies, tag list): a
+  tagger trained again, or another one, tags a corpus otherwise and has another."""
+  workdir = epath.Path(workdir)
+  meta = _read_meta(workdir)
+  digest = hashlib.sha256((workdir / "tagger.msgpack").read_bytes())
+  digest.update(json.dumps({key: meta[key] for key in ("config", "words", "suffixes", "tags")},
+                           sort_keys=True).encode())
+  return digest.hexdigest()[:16]
 
 
 def load(workdir) -> model_lib.Tagger:

@@ -20,10 +20,13 @@ from attnlm_jax.data import locations
 from attnlm_jax.data import pipeline
 from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax import models
+from attnlm_jax.tagger import tagging
 from attnlm_jax.training import steps
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
+# The fingerprint of the POS tagger whose tags a POS-input model trained on (`tagging`).
+TAGGER_FILE = "tagger_fingerprint.txt"
 CHECKPOINT_DIR = "checkpoints"
 UNREADABLE_DIR = "unreadable_checkpoints"
 METRIC = "valid_perplexity"
@@ -229,12 +232,29 @@ def check_compatible(workdir: epath.Path, vocab: vocab_lib.Vocabulary, params: A
 
 def write_config_and_vocab(workdir: epath.Path, config: ml_collections.ConfigDict,
                            vocab: vocab_lib.Vocabulary) -> None:
-  """Writes config.json and vocab.json beside the checkpoints unless they exist."""
+  """Writes config.json and vocab.json beside the checkpoints unless they exist, and for a
+  POS-input model the fingerprint of its tagger (TAGGER_FILE)."""
   workdir.mkdir(parents=True, exist_ok=True)
   if not (workdir / CONFIG_FILE).exists():
     (workdir / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2, sort_keys=True))
   if not (workdir / VOCAB_FILE).exists():
     vocab.save(workdir / VOCAB_FILE)
+  if config.model.get("pos_tags") and not (workdir / TAGGER_FILE).exists():
+    (workdir / TAGGER_FILE).write_text(tagging.fingerprint(config.data.tagger_dir) + "\n")
+
+
+def check_tagger(workdir: epath.Path, data_config: ml_collections.ConfigDict) -> None:
+  """CheckpointError when a POS-input model's workdir names another tagger (TAGGER_FILE) than
+  the one in `data_config.tagger_dir`: its tags, and so the model's inputs, would differ."""
+  path = workdir / TAGGER_FILE
+  if not path.exists():
+    return
+  saved, current = path.read_text().strip(), tagging.fingerprint(data_config.tagger_dir)
+  if saved != current:
+    raise CheckpointError(
+        f"the tagger in {data_config.tagger_dir} (fingerprint {current}) is not the one this "
+        f"model trained with ({saved}, {path}): its tags would differ; pass "
+        "--config.data.tagger_dir=DIR of that tagger, or train the model again")
 
 
 def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:

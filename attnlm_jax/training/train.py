@@ -62,6 +62,8 @@ def prepare(config: ml_collections.ConfigDict, workdir, vocab=None, data=None):
   if data.is_stream:
     models.init_stream_state(params, config.model, 1)  # Refuses models without a stream form.
   checkpoints.check_compatible(epath.Path(workdir), data.vocab, params)
+  if config.model.pos_tags:
+    checkpoints.check_tagger(epath.Path(workdir), config.data)
   return config, data, params
 
 

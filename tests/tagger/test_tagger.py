@@ -2,6 +2,7 @@
 
 import json
 import runpy
+import shutil
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from attnlm_jax.tagger import corpora as tagger_corpora
 from attnlm_jax.tagger import model as tagger_model
 from attnlm_jax.tagger import tagging
 from attnlm_jax.tagger import trainer as tagger_trainer
+from attnlm_jax.training import checkpoints
 from attnlm_jax.training import run_config
 import tiny_config
 
@@ -229,6 +231,24 @@ def test_the_tags_of_a_sentence_never_depend_on_its_later_words(random_tagger):
       changed += len(sentence) > k and after[k] != before[k]
   assert changed > 0                                          # the edited word's tag moves
 
+
+
+def test_a_model_refuses_a_tagger_other_than_the_one_it_trained_with(random_tagger, tmp_path):
+  """Its workdir keeps its tagger's fingerprint; a tagger trained again there is refused."""
+  tagger_dir = tmp_path / "tagger"
+  shutil.copytree(random_tagger, tagger_dir)
+  config = tiny_config.config(model__score="das", model__pos_tags=True,
+                              data__tagger_dir=str(tagger_dir))
+  workdir = tmp_path / "lm"
+  checkpoints.write_config_and_vocab(workdir, config, data_lib.Vocabulary.build([["a"]]))
+  checkpoints.check_tagger(workdir, config.data)            # the same tagger
+  tagger = tagging.load(tagger_dir)
+  moved = jax.tree.map(lambda x: x + 1.0, tagger.params)
+  tagging.save(tagger_model.Tagger(moved, tagger.config, tagger.words, tagger.suffixes,
+                                   tagger.tags), tagger_dir, {})
+  with pytest.raises(checkpoints.CheckpointError,
+                     match=r"is not the one this model trained with .*tagger_fingerprint\.txt"):
+    checkpoints.check_tagger(workdir, config.data)
 
 @pytest.fixture(scope="module")
 def tagged_lm(random_tagger):
