@@ -35,8 +35,8 @@ PTB_FILES = {"train.txt": "ptb.train.txt", "valid.txt": "ptb.valid.txt",
              "test.txt": "ptb.test.txt"}
 # pair -> (this project's flags, main.py's flags): the same model and batches of the same
 # shape. stream_650: a 2 x 650 tied LSTM on 32 streams of BPTT 35, dropout 0.5, as main.py
-# reads PTB; example_recipe: main.py's defaults (2 x 200, dropout 0.2, batch 20) with
-# --tied; sentence_650: this project's `none` row (sentences bucketed by length) against
+# reads PTB; example_recipe: main.py's defaults (2 x 200, dropout 0.2, batch 20, BPTT 35)
+# with --tied; sentence_650: this project's `none` row (sentences bucketed by length) against
 # main.py's streams, two protocols that differ in more than speed.
 PAIRS = {
     "stream_650": (
@@ -46,7 +46,8 @@ PAIRS = {
          "--batch_size=32", "--bptt=35"]),
     "example_recipe": (
         ["--config=configs/zaremba.py:size=small", "--config.model.tie_embeddings=true",
-         "--config.model.dropout=0.2", "--config.data.batch_size=20"],
+         "--config.model.dropout=0.2", "--config.data.batch_size=20",
+         "--config.data.max_len=35"],
         ["--tied"]),
     "sentence_650": (
         ["--config=configs/ptb.py:score=none"],

@@ -50,7 +50,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
                                            # the papers' padding to max_len, ~6% pads not 39%).
   config.data.width_multiple = 4           # Bucketed widths rounded up to a multiple of this
                                            # (few distinct shapes to compile).
-  config.data.span = "sentence"            # Row = one "sentence" or packed "document" span.
+  config.data.span = "sentence"            # Row = one "sentence", a packed "document" span,
+                                           # or a "stream" window (state carried).
   config.data.shuffle = True               # A new random order every epoch (False: batches
                                            # of consecutive sentences in corpus order).
   config.data.start_symbol = True          # A sentence row starts with the start symbol, so

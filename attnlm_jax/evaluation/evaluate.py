@@ -74,13 +74,12 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
   checkpoints.check_compatible(workdir, vocab, params)
   if config.model.pos_tags:
     checkpoints.check_tagger(workdir, config.data)
-  ckpt = checkpoints.Checkpoints(workdir, read_only=True)
-  step = ckpt.best_step()
-  step = ckpt.latest_step() if step is None else step
+  step = checkpoints.evaluated_step(workdir)
   if step is None:
     raise checkpoints.CheckpointError(
-        f"no checkpoint in {ckpt.directory}: train first with --mode=train "
-        f"--workdir={workdir}")
+        f"no checkpoint in {workdir / checkpoints.CHECKPOINT_DIR}: train first with "
+        f"--mode=train --workdir={workdir}")
+  ckpt = checkpoints.Checkpoints(workdir, read_only=True)
   state, _ = ckpt.restore(step, jax.eval_shape(
       functools.partial(steps.initial_state, config), params))
   ckpt.close()

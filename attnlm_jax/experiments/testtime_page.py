@@ -16,10 +16,12 @@ from attnlm_jax.data import locations
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import row_status
+from attnlm_jax.experiments import runner
 from attnlm_jax.experiments import tables
 from attnlm_jax.testtime import cache
 from attnlm_jax.testtime import dynamic_eval
 from attnlm_jax.testtime import grid_search
+from attnlm_jax.training import checkpoints
 
 CACHE_SIZE = 2000        # The cache size of a page unless --cache gives one.
 PAGE_JSON = "testtime.json"
@@ -129,11 +131,15 @@ def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
 
 def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
            grid_extensions: int) -> Optional[dict]:
-  """The row's saved results when made with these settings (`settings`), else None."""
+  """The row's saved results when made with these settings (`settings`) from the checkpoint
+  the row has now (when it has checkpoints: a committed page's rows keep none), else None."""
   path = row_dir / ROW_FILE
   if not path.exists():
     return None
   saved = json_io.loads(path.read_text())
+  step = checkpoints.evaluated_step(row_dir)
+  if step is not None and saved.get("step") != step:
+    return None
   return saved if _same_settings(saved, cache_size, dynamic_window, grid_extensions) else None
 
 
@@ -200,6 +206,8 @@ def _results_so_far(record: dict) -> dict:
 
 def _missing_cell(record: dict) -> str:
   """A page cell for a method whose result the row does not have (yet)."""
+  if record.get("not_applicable"):
+    return "not applicable"
   if "in_progress" in record:
     passes = record["in_progress"]["passes"]
     return f"evaluating ({passes} pass{'es' if passes != 1 else ''} made)"
@@ -326,7 +334,9 @@ def format_markdown(page: dict) -> str:
       "`diverged`: not finite (the adapted model's log-probabilities overflowed); "
       "`evaluating`: the row's searches stopped part-way or still running in another "
       "process, its passes of dynamic evaluation over valid or test made so far counted "
-      "(each method's result is shown once made). "
+      "(each method's result is shown once made); `not applicable`: a row trained without a "
+      "start symbol (the released code's rows) never predicts a sentence's first word, and "
+      "the methods need every word predicted. "
       "Dynamic evaluation reads a stream-protocol split as one stream (batch 1); its "
       "`model_perplexity` in testtime.json is the trained model over those same windows.",
       ""])
@@ -361,6 +371,10 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
       continue
     state = row_status.read(row, workdir)
     row_dir = row.directory(workdir)
+    if not runner.row_config(row, workdir).data.get("start_symbol", True):
+      records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
+                      "results": None, "not_applicable": True})
+      continue
     found = _saved(row_dir, cache_size, dynamic_window, grid_extensions)
     if found is None and row.name in selected and state["status"] == row_status.FINISHED:
       logging.info("testtime: row %s", row.name)

@@ -192,6 +192,18 @@ def _shapes(tree) -> dict[str, tuple[int, ...]]:
   return {name(path): tuple(leaf.shape) for path, leaf in leaves}
 
 
+def evaluated_step(workdir: epath.Path) -> Optional[int]:
+  """The step evaluation restores (`evaluate.load`): the best checkpoint's, else the latest's;
+  None when the workdir has no checkpoint."""
+  if not (workdir / CHECKPOINT_DIR).exists():
+    return None
+  checkpoints = Checkpoints(workdir, read_only=True)
+  step = checkpoints.best_step()
+  step = checkpoints.latest_step() if step is None else step
+  checkpoints.close()
+  return step
+
+
 def check_compatible(workdir: epath.Path, vocab: vocab_lib.Vocabulary, params: Any) -> None:
   """Raises CheckpointError when the workdir was made with another vocabulary or shapes.
 

@@ -6,10 +6,13 @@ import json
 import re
 import shutil
 
+import dataclasses
+
 import pytest
 
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import markdown
+from attnlm_jax.experiments import tables
 from attnlm_jax.experiments import testtime_page
 from attnlm_jax.testtime import cache
 from attnlm_jax.testtime import dynamic_eval
@@ -44,6 +47,10 @@ def test_page_of_a_table(table_dir, monkeypatch):
   assert page["grid_extensions"] == none["grid_extensions"] == grid_search.EXTENSIONS
   assert testtime_page.run("demo", table_dir, cache_size=100,
                       dynamic_window=100)["evaluated"] == []        # reused
+  row_file = table_dir / "none" / testtime_page.ROW_FILE
+  row_file.write_text(json.dumps({**json.loads(row_file.read_text()), "step": 1}))
+  assert testtime_page.run("demo", table_dir, cache_size=100,
+                      dynamic_window=100)["evaluated"] == ["none"]  # another checkpoint
   monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.2))                 # another grid
   assert testtime_page.run("demo", table_dir, cache_size=100,
                       dynamic_window=100)["evaluated"] == ["none"]
@@ -54,6 +61,23 @@ def test_page_of_a_table(table_dir, monkeypatch):
   alone = json.loads((table_dir / testtime_page.PAGE_JSON).read_text())["rows"][0]["results"]
   assert "grid_extensions" not in alone and len(alone["cache"]["grid"]) == 4
 
+
+
+def test_a_row_that_never_predicts_a_first_word_is_not_applicable(tmp_path, monkeypatch):
+  """A finished row trained without a start symbol (the released code's rows) is listed as
+  not applicable, and the table's page is written (the methods would refuse it)."""
+  demo = tables.TABLES["demo"]
+  released_rule = tables.Row("none", "demo.py:score=none",
+                             {**demo.rows[0].overrides, "data.start_symbol": False})
+  monkeypatch.setitem(tables.TABLES, "demo", dataclasses.replace(demo, rows=(released_rule,)))
+  monkeypatch.setattr(testtime_page, "row_results", tiny_config.must_not_run)
+  (tmp_path / "none").mkdir()
+  shutil.copy(tiny_config.COMMITTED_RESULTS / "ptb_cpu" / "none" / "metrics.jsonl",
+              tmp_path / "none")                                 # a finished row's log
+  summary = testtime_page.run("demo", tmp_path)
+  assert summary["evaluated"] == [] and summary["rows"] == {"none": "finished"}
+  text = (tmp_path / testtime_page.PAGE_MD).read_text()
+  assert "| none | " in text and "| not applicable | not applicable | not applicable |" in text
 
 def test_a_rows_cache_over_the_output_layers_states_is_shown_beside_the_page(
     table_dir, tmp_path, monkeypatch):
