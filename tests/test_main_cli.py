@@ -218,6 +218,7 @@ def test_analyze_writes_heatmap_entropy_and_probe_files(workdir, tmp_path):
   [heatmap] = json.loads((out / "analysis" / "attention.json").read_text())
   assert heatmap["sentence"] == "the keys to the cabinet are on the table"
   [(label, weights)] = heatmap["models"].items()
+  assert weights["weights"] and summary["probe"]
   for row in weights["weights"]:          # each predicted word's weights over its slots
     assert sum(w for w in row if w is not None) == pytest.approx(1.0, abs=1e-4)
   entropy = summary["entropy"][label]     # attention is never flatter than uniform

@@ -392,11 +392,6 @@ def test_ptb_single_model_has_the_papers_parameter_count():
   assert abs(models.count_params(shapes) - 14.5e6) <= 0.1e6
 
 
-def test_unknown_score_lists_the_valid_ones():
-  with pytest.raises(ConfigError, match="unknown score 'dot'.*none, proj, single"):
-    models.init(jax.random.key(0), tiny_config("dot"))
-
-
 def test_attention_of_a_model_without_attention_is_an_error():
   config = tiny_config("none")
   tokens, lengths = random_batch()

@@ -270,7 +270,8 @@ def test_scoring_with_tags_never_looks_at_later_words(tagged_lm):
                                                     "the keys to"])
   np.testing.assert_allclose(full["log_probs"][:3], prefix["log_probs"][:3], atol=1e-5)
   np.testing.assert_allclose(full["log_probs"][:4], edited["log_probs"][:4], atol=1e-5)
-  assert not np.allclose(full["log_probs"][4:], edited["log_probs"][4:])
+  # "here" and <eos>, the same words after the edit, are predicted from it.
+  assert not np.allclose(full["log_probs"][6:], edited["log_probs"][6:])
 
 
 def test_an_empty_sentence_scores_its_eos_alone_or_beside_others(tagged_lm):
