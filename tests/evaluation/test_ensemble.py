@@ -85,6 +85,18 @@ def test_two_model_mixture_beats_its_worse_member_and_fitted_weights_beat_equal(
   assert fitted["perplexity"] <= equal["perplexity"] * (1 + 1e-9)
 
 
+
+def test_unequal_weights_mix_each_member_by_its_own_weight(runs):
+  """0.3 / 0.7 against the mixture by hand of the members' own log-probs; swapped weights give
+  another number (a model mixed with itself could not tell)."""
+  runs = runs[1:]
+  log_probs = [evaluate.split_log_probs(evaluate.load(run), "valid")[1] for run in runs]
+  mixed = np.logaddexp(np.log(0.3) + log_probs[0], np.log(0.7) + log_probs[1])
+  result = ensemble.interpolate(runs, "valid", ["0.3", "0.7"])
+  assert result["perplexity"] == pytest.approx(np.exp(-mixed.mean()), rel=1e-6)
+  swapped = ensemble.interpolate(runs, "valid", ["0.7", "0.3"])
+  assert abs(swapped["perplexity"] / result["perplexity"] - 1) > 1e-4
+
 def test_each_member_loads_its_corpus_once(runs, monkeypatch):
   loads = []
   load = evaluate.data_lib.load

@@ -129,19 +129,6 @@ def test_model_matches_numpy_equations(name, pos_tags):
       assert not np.any(np.asarray(weights)[b, t, len(a):])
 
 
-@pytest.mark.parametrize("b_v", [0.0, -3.0])
-def test_das_score_bias_cancels_in_the_softmax(b_v):
-  """b_v of Cao & Yu eq. 6 is left out of the model because softmax(e + b_v) = softmax(e):
-  the model, which has no b_v, gives eq. 6's log-probs whatever b_v is."""
-  config = tiny_config("das")
-  params = random_params(config)
-  tokens, _, lengths = random_batch()
-  length = int(lengths[0])
-  got = jax.nn.log_softmax(models.apply(params, config, tokens, lengths))[0, :length]
-  want, _ = numpy_model(params, config, np.asarray(tokens[0, :length]), None, b_v=b_v)
-  np.testing.assert_allclose(got, want, atol=1e-5)
-
-
 def test_score_functions_match_their_equations():
   rng = np.random.default_rng(0)
   das = {"w_w": rng.normal(size=(4, 5)), "w_h": rng.normal(size=(3, 5)),
