@@ -136,36 +136,26 @@ class TorchLoop:
     self.grad_clip = config.train.grad_clip
     self.stream = config.data.span == "stream"
 
-  def _run(self, batch: dict, state):
-    """(loss of the batch, state after it) in the current mode."""
-    tensors = self.peer_lib.to_torch(batch)
-    logits, new_state = self.model.window(tensors["inputs"], tensors["lengths"], state)
-    loss = self.peer_lib.loss_fn(logits, tensors["targets"], tensors["lengths"])
-    return loss, ((new_state[0].detach(), new_state[1].detach()) if self.stream else None)
-
   def train_seconds(self, batches: list) -> float:
     """Seconds for batches[1:] (after the first step), `loss.item()` every step."""
-    self.model.train()
     state, start = None, None
     for index, batch in enumerate(batches):
       if index == 1:
         start = time.perf_counter()
-      self.optimizer.zero_grad(set_to_none=True)
-      loss, state = self._run(batch, state)
-      loss.backward()
-      self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-      self.optimizer.step()
+      loss, new_state = self.peer_lib.train_step(self.model, self.optimizer,
+                                                 self.peer_lib.to_torch(batch), self.grad_clip,
+                                                 state)
+      state = new_state if self.stream else None
       loss.item()
     return time.perf_counter() - start
 
   def valid_seconds(self, batches) -> float:
     """Seconds of one pass over the valid batches without gradients."""
-    self.model.eval()
     start, state = time.perf_counter(), None
-    with self.torch.inference_mode():
-      for batch in batches:
-        loss, state = self._run(batch, state)
-        loss.item()
+    for batch in batches:
+      loss, new_state = self.peer_lib.eval_step(self.model, self.peer_lib.to_torch(batch), state)
+      state = new_state if self.stream else None
+      loss.item()
     return time.perf_counter() - start
 
 

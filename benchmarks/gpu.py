@@ -239,16 +239,10 @@ def torch_batches(torch, batches: list, device: str) -> list[dict]:
 
 def run_torch_step(torch, loop: epoch.TorchLoop, batch: dict, precision: str,
                    device: str) -> None:
-  """One step of the PyTorch user's loop: `torch_peer.train_step` with the forward and the
-  loss under `torch_autocast`."""
+  """One step of the PyTorch user's loop (`torch_peer.train_step`) under `torch_autocast`."""
   from benchmarks import torch_peer  # pylint: disable=g-import-not-at-top
-  loop.optimizer.zero_grad(set_to_none=True)
-  with torch_autocast(torch, precision, device):
-    logits = loop.model(batch["inputs"], batch["lengths"])
-    loss = torch_peer.loss_fn(logits, batch["targets"], batch["lengths"])
-  loss.backward()
-  torch.nn.utils.clip_grad_norm_(loop.model.parameters(), loop.grad_clip)
-  loop.optimizer.step()
+  torch_peer.train_step(loop.model, loop.optimizer, batch, loop.grad_clip,
+                        autocast=torch_autocast(torch, precision, device))
 
 
 def torch_side(torch, device: str, config, params: dict, batches: list,

@@ -181,10 +181,10 @@ def benchmark(shape_name: str, score: str, steps: int, warmup: int, rounds: int,
 
   measures = {
       "jax_train_padded": (jax_side.train, jax_batches["padded"], block),
-      "torch_train_padded": (lambda b: torch_peer.train_step(peer, peer_optimizer, b),
+      "torch_train_padded": (lambda b: torch_peer.train_step(peer, peer_optimizer, b)[0],
                              torch_batches, lambda x: x.item()),
       "jax_eval_padded": (jax_side.eval, jax_batches["padded"], block),
-      "torch_eval_padded": (lambda b: torch_peer.eval_step(peer, b), torch_batches,
+      "torch_eval_padded": (lambda b: torch_peer.eval_step(peer, b)[0], torch_batches,
                             lambda x: x.item()),
       "jax_train_bucketed": (jax_side.train, jax_batches["bucketed"], block),
       "jax_eval_bucketed": (jax_side.eval, jax_batches["bucketed"], block),

@@ -9,6 +9,8 @@ JAX params pytree in, so `tests/test_torch_peer.py` can check that both compute 
 loss and gradients and the throughput benchmark compares the same computation.
 """
 
+import contextlib
+
 import numpy as np
 import torch
 from torch import nn
@@ -118,23 +120,28 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor, lengths: torch.Tensor) 
 
 
 def train_step(model: AttentiveLM, optimizer: torch.optim.Optimizer, batch: dict,
-               grad_clip: float = 5.0) -> torch.Tensor:
-  """Forward, backward, clip at global norm `grad_clip`, SGD update; returns the loss."""
+               grad_clip: float = 5.0, state=None, autocast=None):
+  """One step of the PyTorch user's loop: forward (under `autocast`, a context such as
+  `torch.autocast`; None: none) from `state` (nn.LSTM's (h, c); None: zeros), backward, clip
+  at global norm `grad_clip`, SGD update. Returns (loss, the state after the window), both
+  detached: pass the state to the next step under the stream protocol."""
   model.train()
   optimizer.zero_grad(set_to_none=True)
-  loss = loss_fn(model(batch["inputs"], batch["lengths"]), batch["targets"], batch["lengths"])
+  with autocast or contextlib.nullcontext():
+    logits, state = model.window(batch["inputs"], batch["lengths"], state)
+    loss = loss_fn(logits, batch["targets"], batch["lengths"])
   loss.backward()
   torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
   optimizer.step()
-  return loss.detach()
+  return loss.detach(), (state[0].detach(), state[1].detach())
 
 
-def eval_step(model: AttentiveLM, batch: dict) -> torch.Tensor:
-  """Summed token NLL of one batch, without dropout or gradients."""
+def eval_step(model: AttentiveLM, batch: dict, state=None):
+  """(summed token NLL of one batch, the state after it) without dropout or gradients."""
   model.eval()
   with torch.inference_mode():
-    logits = model(batch["inputs"], batch["lengths"])
-    return loss_fn(logits, batch["targets"], batch["lengths"]) * batch["targets"].shape[0]
+    logits, state = model.window(batch["inputs"], batch["lengths"], state)
+    return loss_fn(logits, batch["targets"], batch["lengths"]) * batch["targets"].shape[0], state
 
 
 def to_torch(batch: dict) -> dict:

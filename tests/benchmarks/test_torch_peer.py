@@ -102,7 +102,7 @@ def test_eval_step_is_summed_nll():
   want = losses.nll_sums(logits, batch["inputs"], batch["targets"], batch["lengths"])["nll"]
   peer = torch_peer.AttentiveLM(VOCAB, HIDDEN, 2, "average")
   torch_peer.load_jax_params(peer, params)
-  got = torch_peer.eval_step(peer, torch_peer.to_torch(batch))
+  got, _ = torch_peer.eval_step(peer, torch_peer.to_torch(batch))
   np.testing.assert_allclose(got.item(), float(want), rtol=1e-5)
 
 
