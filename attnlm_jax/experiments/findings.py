@@ -28,8 +28,11 @@ def _finished(rows: dict, names: Sequence[str]) -> list[dict]:
 
 
 def _values(runs: Sequence[dict], key: str) -> str:
-  """The runs' perplexities, comma-separated; "-" for none."""
-  return ", ".join(markdown.format_number(run[key]) for run in runs) or "-"
+  """The runs' perplexities under `key`'s rule, comma-separated ("n/a" where the standard
+  rule does not apply, `markdown.standard_perplexity`); "-" for none."""
+  released_rule = key.endswith("_paper_convention")
+  return ", ".join(markdown.format_number(run[key]) if released_rule
+                   else markdown.standard_perplexity(run, run[key]) for run in runs) or "-"
 
 
 def _cell(rows: dict, names: Sequence[str]) -> str:

@@ -4,6 +4,9 @@ import math
 from typing import Sequence
 
 
+NOT_APPLICABLE = "n/a"  # A number a row cannot have (`standard_perplexity`).
+
+
 def format_number(value) -> str:
   """A table cell: "-" for None, floats (perplexities) to one decimal ("diverged" for one
   that is not finite), anything else as is."""
@@ -12,6 +15,14 @@ def format_number(value) -> str:
   if isinstance(value, float):
     return f"{value:.1f}" if math.isfinite(value) else "diverged"
   return str(value)
+
+
+def standard_perplexity(record: dict, value) -> str:
+  """A cell of a row's perplexity under the standard rule (every token predicted): "n/a" for
+  a row trained without a start symbol (`every_token_predicted` False: the released code's
+  rows never predict a sentence's first word, so their logged perplexity leaves those words
+  out and only the released rule compares them with other rows), else `format_number`."""
+  return NOT_APPLICABLE if record.get("every_token_predicted") is False else format_number(value)
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

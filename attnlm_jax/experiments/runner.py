@@ -175,7 +175,10 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "epochs_run": None,
             "best_epoch": None, **dict.fromkeys(runs.RUN_KEYS), "valid_curve": [],
             "ran_on": [], "code_versions": [], "epoch_seconds": {}, "fastest_epoch_seconds": {},
-            "paper": None, "differences": None}
+            "paper": None, "differences": None,
+            # False for a row trained without a start symbol (markdown.standard_perplexity).
+            "every_token_predicted": (bool(config.data.get("start_symbol", True))
+                                      if config and row.kind == tables.TRAIN else None)}
   if row.note:
     record["note"] = row.note
   record.update(row_status.read(row, workdir))

@@ -70,7 +70,7 @@ def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[s
     name = (f"[{row['name']}]({link}/{row['name']}/)" if (committed / row["name"]).is_dir()
             else row["name"])
     lines.append([f"[{table['table']}]({link}/README.md)", name,
-                  _cell(row.get("test_perplexity")),
+                  markdown.standard_perplexity(row, row.get("test_perplexity")),
                   _cell(row.get("test_perplexity_paper_convention")),
                   f"{_cell(paper['test'])} ({_rule(paper['convention'])})" if paper else "-",
                   table_page.difference_cell((row.get("differences") or {}).get("test")),

@@ -40,7 +40,9 @@ def _markdown_cells(record: dict) -> list[str]:
   """One results.md line of a row: a running row shows its epochs done of the most (and its
   best epoch so far) and, as `valid`, its best validation perplexity so far."""
   number = markdown.format_number
-  perplexities = [number(record[key]) for key in runs.RUN_KEYS]
+  perplexities = [number(record[key]) if key.endswith("_paper_convention")
+                  else markdown.standard_perplexity(record, record[key])
+                  for key in runs.RUN_KEYS]
   if record["status"] == row_status.NOT_STARTED:
     epochs = "not run"
   elif _is_diverged(record):
@@ -48,8 +50,9 @@ def _markdown_cells(record: dict) -> list[str]:
   elif _is_running(record):
     best = f" (best {record['best_epoch']})" if record["best_epoch"] else ""
     epochs = f"{row_status.RUNNING}: {record['epochs_run']} of {count(record['num_epochs'])}{best}"
-    if record["best_valid_perplexity"] is not None:
-      perplexities[0] = f"{number(record['best_valid_perplexity'])} (so far)"
+    so_far = record["best_valid_perplexity"]
+    if so_far is not None and perplexities[0] != markdown.NOT_APPLICABLE:
+      perplexities[0] = f"{number(so_far)} (so far)"
   elif record["epochs_run"] is None:
     epochs = "-"
   else:
@@ -59,6 +62,14 @@ def _markdown_cells(record: dict) -> list[str]:
           f"{number(paper['valid'])} / {number(paper['test'])}" if paper else "-",
           f"{paper['paper']}, {paper['convention']}" if paper else "-",
           difference_cell(differences.get("valid")), difference_cell(differences.get("test"))]
+
+
+def _first_words_note(record: dict) -> str:
+  """results.md's note on a row trained without a start symbol."""
+  return (f"- `{record['name']}` trained without a start symbol (`data.start_symbol=False`, as "
+          "the released code): it never predicts a sentence's first word, so its standard-rule "
+          "cells read n/a, and the validation perplexities of its log (the epoch table, the "
+          "curves) leave those words out; compare it under the released rule.")
 
 
 def _running_note(record: dict) -> str:
@@ -169,8 +180,11 @@ def _code_note(rows: Sequence[dict]) -> list[str]:
 def epoch_differences(rows: Sequence[dict], reference: str) -> dict[str, list]:
   """Each row's validation perplexity at every epoch relative to the `reference` row's, in
   percent ((row - reference) / reference x 100), for the epochs both have run:
-  {row: [[epoch, percent], ...]} from the rows' `valid_curve`s ([[epoch, perplexity], ...])."""
-  curves = {r["name"]: dict(r["valid_curve"]) for r in rows}
+  {row: [[epoch, percent], ...]} from the rows' `valid_curve`s ([[epoch, perplexity], ...]);
+  rows whose perplexity leaves out the first words (`markdown.standard_perplexity`) are
+  not compared."""
+  curves = {r["name"]: dict(r["valid_curve"]) for r in rows
+            if r.get("every_token_predicted") is not False}
   base = curves[reference]
   return {name: [[epoch, round(100 * (p - base[epoch]) / base[epoch], 3)]
                  for epoch, p in curve.items() if epoch in base]
@@ -207,6 +221,8 @@ def format_markdown(summary: dict) -> str:
   notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
            "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
   notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
+  notes += [_first_words_note(r) for r in summary["rows"]
+            if r.get("every_token_predicted") is False]
   notes += _learning_rate_notes(summary["rows"])
   notes += _batching_notes(summary["rows"])
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]

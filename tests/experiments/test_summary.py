@@ -10,6 +10,7 @@ from attnlm_jax.experiments import findings
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import summary
+from attnlm_jax.experiments import table_page
 import tiny_config
 
 
@@ -81,6 +82,30 @@ def test_a_finished_tagger_row_gives_its_accuracy_and_a_row_without_a_paper_says
   assert [line[-1] for line in lines] == ["tagging accuracy 94.8%", "no printed row"]
 
 
+def test_a_row_that_never_predicts_a_first_word_has_no_standard_number(tmp_path):
+  """A row trained without a start symbol: "n/a" under the standard rule in the README's
+  table and in results.md, its released-rule number as it is, and no epoch-by-epoch
+  comparison with the reference row."""
+  released = {**_row("released", "finished", 1.0, test=80.0), "every_token_predicted": False}
+  plain = {**_row("none", "finished", 2.0, test=87.0), "every_token_predicted": True}
+  lines = summary.results_rows(_table([plain, released]), ".", tmp_path)
+  assert [line[2:4] for line in lines] == [["87.0", "67.0"], ["n/a", "60.0"]]
+  for row, curve in ((plain, [[1, 200.0], [2, 150.0]]), (released, [[1, 180.0], [2, 120.0]])):
+    row.update(kind="train", model="m", params=1, num_epochs=2, epochs_run=2, best_epoch=2,
+               valid_perplexity=curve[-1][1], valid_perplexity_paper_convention=100.0,
+               valid_curve=curve, best_valid_perplexity=curve[-1][1],
+               paper={**row["paper"], "valid": 72.0, "paper": "a paper"}, ran_on=[],
+               code_versions=[], learning_rate=1.0, batches=None, last_epoch_seconds=None,
+               epoch_seconds={}, fastest_epoch_seconds={})
+  assert table_page.epoch_differences([plain, released], "none") == {}
+  page = table_page.format_markdown({"table": "t", "title": "t", "date": "d", "command": "c",
+                                     "rows": [plain, released], "reference": "none",
+                                     "tolerance": None, "epoch_differences": {}})
+  cells = next(line for line in page.splitlines() if line.startswith("| released |")).split("|")
+  assert [c.strip() for c in cells[5:9]] == ["n/a", "n/a", "100.0", "60.0"]
+  assert "`released` trained without a start symbol" in page
+
+
 def test_a_page_without_its_table_lines_is_refused_by_name():
   with pytest.raises(ValueError, match="no <!-- BEGIN results_table -->"):
     summary.replace_block("# a page\n", "results_table", "| a |")
@@ -105,7 +130,7 @@ def test_the_command_rewrites_a_stale_table_and_check_names_it(tmp_path, monkeyp
 
 def test_the_findings_set_each_printed_row_beside_every_column_with_its_seeds():
   rows = [_row("single", "finished", 5.0, test=94.0), _row("single_seed1", "finished", 3.0),
-          _row("released", "finished", 1.0, test=80.0),
+          {**_row("released", "finished", 1.0, test=80.0), "every_token_predicted": False},
           _row("released_attention", "running: epoch 3 of 23"),
           _row("none", "finished", None, test=87.0), _row("none_seed1", "not started")]
   for row, released_rule in zip(rows, (73.5, 72.1, 70.7, None, 68.3, None)):
@@ -115,7 +140,8 @@ def test_the_findings_set_each_printed_row_beside_every_column_with_its_seeds():
   cells = [cell.strip() for cell in single.strip("|").split("|")]
   assert cells[1] == "70.1"                                  # the printed test number
   assert cells[2] == "73.5, 72.1 / 94.0, 90.0"               # both seeds, both rules
-  assert cells[3] == "70.7 / 80.0" and cells[4] == "running: epoch 3 of 23"
+  # The released network never predicts a first word: no standard-rule number.
+  assert cells[3] == "70.7 / n/a" and cells[4] == "running: epoch 3 of 23"
   assert cells[5] == "68.3 / 87.0"
   assert "paper's recipe here: misses (2 seeds)" in cells[6]
   assert "released network here: within 2%, 1 seed" in cells[6]
