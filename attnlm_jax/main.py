@@ -127,7 +127,7 @@ FLAGS = flags.FLAGS
 # Flags and config fields that hold local paths (made absolute at the start).
 PATH_FLAGS = ("workdir", "input", "output", "references")
 PATH_LIST_FLAGS = ("workdirs", "probes")
-CONFIG_PATHS = ("data_dir", "cache_dir", "tagger_dir", "treebank_dir")
+CONFIG_PATHS = ("data_dir", "cache_dir", "tagger_dir", "treebank_dir", "lm_data_dir")
 # What the modes that train need given, and the modes over a published table.
 CONFIG_HINT = "--config=configs/NAME.py"
 TABLE_HINT = "--table=NAME (docs/reproduce.md lists the tables)"

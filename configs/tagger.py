@@ -30,9 +30,12 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.data.min_count = 2                # Rarer training words are read as <unk>.
   config.data.batch_size = 32              # Sentences per batch.
   config.data.max_train_sentences = 0      # Use only the first N training sentences (0: all).
-  # More training sentences: the NLTK Penn Treebank sample (WSJ section 00, disjoint
+  # More training sentences: the NLTK Penn Treebank sample (WSJ sections 00-01, disjoint
   # from the CoNLL-2000 test section 20); '' trains on CoNLL-2000 alone.
   config.data.treebank_dir = str(locations.corpus_dir("treebank_sample"))
+  # The LM corpus the tagger will tag: words outside its vocabulary read as <unk> in
+  # training and test, as that text shows them ('' keeps every word).
+  config.data.lm_data_dir = str(locations.corpus_dir("ptb"))
 
   config.model = ml_collections.ConfigDict()
   config.model.embed_size = 256            # Word embedding size.

@@ -8,7 +8,9 @@ from etils import epath
 
 from attnlm_jax.common import errors
 from attnlm_jax.common import text_files
+from attnlm_jax.data import corpus as corpus_lib
 from attnlm_jax.data import locations
+from attnlm_jax.data import vocab as vocab_lib
 
 PUNCTUATION_TAGS = frozenset({",", ".", ":", "``", "''", "(", ")"})
 _NUMBER = re.compile(r"[\d.,:/\\-]*\d[\d.,:/\\-]*")
@@ -75,3 +77,19 @@ def read_treebank_pos(directory, drop_punctuation: bool = True) -> list[tuple[tu
       sentences.append((tuple(words), tuple(tags)))
       words, tags = [], []
   return sentences
+
+
+def lm_words(data_dir) -> frozenset:
+  """The words of the training split of the LM corpus in `data_dir` (PTB's 9,999, `<unk>`
+  among them): the only words an LM of that corpus shows its tagger."""
+  corpus = corpus_lib.detect(data_dir)
+  return frozenset(w for s in corpus_lib.read_split(corpus, data_dir, "train").sentences
+                   for w in s)
+
+
+def as_lm_text(sentences: list[tuple[tuple, tuple]],
+               words: frozenset) -> list[tuple[tuple, tuple]]:
+  """The (words, tags) sentences as an LM corpus with vocabulary `words` shows them: every
+  other word read as `<unk>` (PTB replaced its rare words so; their spelling is lost)."""
+  return [(tuple(w if w in words else vocab_lib.UNK for w in sentence), tags)
+          for sentence, tags in sentences]

@@ -193,10 +193,15 @@ def tag(tagger: Tagger, sentences: Sequence[Sequence[str]],
   return [[tagger.tags[i] for i in ids] for ids in tag_ids(tagger, sentences, batch_size)]
 
 
-def accuracy(tagger: Tagger, sentences, batch_size: int = 256) -> float:
-  """Fraction of tokens of `sentences` ((words, tags) pairs) tagged correctly."""
+def accuracy(tagger: Tagger, sentences, batch_size: int = 256,
+             only: Optional[str] = None) -> Optional[float]:
+  """Fraction of tokens of `sentences` ((words, tags) pairs) tagged correctly; with `only`,
+  of the tokens that are that word (None when there is none)."""
   predicted = tag(tagger, [words for words, _ in sentences], batch_size)
-  pairs = [(p, g) for pred, (_, gold) in zip(predicted, sentences) for p, g in zip(pred, gold)]
+  pairs = [(p, g) for pred, (words, gold) in zip(predicted, sentences)
+           for p, g, w in zip(pred, gold, words) if only is None or w == only]
+  if only is not None and not pairs:
+    return None
   return sum(p == g for p, g in pairs) / max(len(pairs), 1)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import optax
 
 from attnlm_jax.common import logging_utils
+from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax.tagger import corpora
 from attnlm_jax.tagger import model as model_lib
 from attnlm_jax.tagger import tagging
@@ -29,11 +30,13 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   """Trains the tagger on CoNLL-2000 train, reports its accuracy on the test split, saves it.
 
   config: `data` (data_dir, treebank_dir ('' = none: more training sentences from Penn
-  Treebank `.pos` files), drop_punctuation, min_count, batch_size, max_train_sentences
-  (0 = all)), `model` (see configs/tagger.py), `train` (learning_rate, num_epochs,
-  grad_clip, ema_decay: the saved parameters are an exponential moving average of the
-  trained ones, 0 = off), `seed`. Prints one JSON line per epoch and returns
-  {"test_accuracy", "majority_baseline", "num_params", ...}.
+  Treebank `.pos` files), lm_data_dir ('' = none: the LM corpus whose text the tagger will
+  tag; training and test words outside its vocabulary read as `<unk>`, as that text shows
+  them), drop_punctuation, min_count, batch_size, max_train_sentences (0 = all)), `model`
+  (see configs/tagger.py), `train` (learning_rate, num_epochs, grad_clip, ema_decay: the
+  saved parameters are an exponential moving average of the trained ones, 0 = off), `seed`.
+  Prints one JSON line per epoch and returns {"test_accuracy", "test_accuracy_unk" (at the
+  test words read as `<unk>`; None when none is), "majority_baseline", "num_params", ...}.
   """
   data_dir = epath.Path(config.data.data_dir)
   train = corpora.read_conll(data_dir / "train.txt", config.data.drop_punctuation)
@@ -43,6 +46,9 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   if config.data.get("treebank_dir"):
     train = train + corpora.read_treebank_pos(config.data.treebank_dir,
                                               config.data.drop_punctuation)
+  if config.data.get("lm_data_dir"):
+    known = corpora.lm_words(config.data.lm_data_dir)
+    train, test = corpora.as_lm_text(train, known), corpora.as_lm_text(test, known)
   words = model_lib.build_vocabulary([w for w, _ in train], config.data.min_count)
   endings = model_lib.build_vocabulary([model_lib.word_features(w, config.model)
                               for s, _ in train for w in s], config.data.min_count)
@@ -84,6 +90,7 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   tagger = tagger._replace(params=average if decay else params)
   metrics = {
       "test_accuracy": model_lib.accuracy(tagger, test),
+      "test_accuracy_unk": model_lib.accuracy(tagger, test, only=vocab_lib.UNK),
       "train_accuracy": model_lib.accuracy(tagger, train),
       "majority_baseline": model_lib.majority_baseline(train, test),
       "num_params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),

@@ -123,6 +123,7 @@ def trained(shared_data, tmp_path_factory):
   config = CONFIG()
   config.data.data_dir = str(data)
   config.data.treebank_dir = ""
+  config.data.lm_data_dir = str(shared_data / "ptb")
   config.model.update(embed_size=32, suffix_size=8, hidden_size=64)
   config.train.update(learning_rate=1e-2, num_epochs=5)
   workdir = tmp_path_factory.mktemp("tagger")
@@ -133,6 +134,33 @@ def test_tiny_training_run_learns_far_above_the_majority_tag(trained):
   metrics, _ = trained
   assert metrics["majority_baseline"] < 0.25
   assert metrics["test_accuracy"] > 0.6
+
+
+def test_the_tagger_learns_the_words_the_lm_text_shows_and_tags_its_unk_from_context(
+    trained, shared_data):
+  """With `lm_data_dir`, training words outside PTB's vocabulary read as <unk> (the saved
+  word list holds PTB words only), and the accuracy at the test's <unk> is reported."""
+  metrics, workdir = trained
+  ptb = tagger_corpora.lm_words(shared_data / "ptb")
+  assert len(ptb) == 9_999 and "<unk>" in ptb     # and <eos>, the LM's own: 10,000
+  words = json.loads((workdir / "tagger.json").read_text())["words"]
+  assert set(words) - set(vocab_lib.SPECIALS) <= ptb and len(words) > 500
+  assert 0.0 < metrics["test_accuracy_unk"] <= 1.0
+
+
+def test_lm_text_reads_the_words_outside_the_lm_vocabulary_as_unk():
+  sentences = [(("the", "zyxt", "said", "N"), ("DT", "NNP", "VBD", "CD"))]
+  assert tagger_corpora.as_lm_text(sentences, frozenset({"the", "said", "N"})) == [
+      (("the", "<unk>", "said", "N"), ("DT", "NNP", "VBD", "CD"))]
+
+
+def test_accuracy_at_one_word_counts_only_that_word(random_tagger):
+  tagger = tagging.load(random_tagger)
+  sentences = [(("a", "b", "a"), (tagger.tags[2],) * 3)]
+  predicted = tagger_model.tag(tagger, [("a", "b", "a")])[0]
+  want = sum(p == tagger.tags[2] for p, w in zip(predicted, "aba") if w == "a") / 2
+  assert tagger_model.accuracy(tagger, sentences, only="a") == want
+  assert tagger_model.accuracy(tagger, sentences, only="zzz") is None
 
 
 def test_tagging_a_corpus_is_cached_and_aligned_with_the_lm_sentences(trained):
