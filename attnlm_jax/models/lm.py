@@ -163,7 +163,7 @@ def init(rng: jax.Array, config) -> dict:
                                         (config.vocab_size, hidden), config.init_scale)
   if score.feeds_recurrence:
     params["recurrent"] = recurrent.init(rng_rec, score.recurrence, hidden_size=hidden,
-                                         stream_sizes=streams, lstm_input_size=first_input,
+                                         stream_sizes=streams,
                                          init_scale=config.init_scale)
   sizes = {"H": hidden, "S": config.max_len - 1}
   if score.params:
@@ -463,25 +463,24 @@ def _read_recurrent(params, config, score, carry: DecodeState, embedded, gates_x
 
   das: writes m_t into the input buffer, reads m'_t with the query h_{t-1} (the last layer's
   previous output) and adds m'_t W_x[D:] to the first layer's gates. lstmn: reads (~h_t, ~c_t)
-  from the tapes with x_t (m_t, or [m_t; m'_t] with das) as the first layer's previous state.
+  from the tapes with x_t = m_t (the input, without das's m'_t: Cao & Yu sec. 3.3) as the
+  first layer's previous state.
   Returns (first-layer gates, first-layer previous state, carry with the new input buffer,
   weights [B, L] or None).
   """
   cdt = _compute_dtype(config)
   previous, weights = carry.lstm[0], None
-  lstm_input = embedded
   if "das" in score.recurrence:
     inputs = recurrent.write_inputs(params["recurrent"]["das"], carry.inputs, embedded, valid,
                                     cdt)
     context, stream_weights = recurrent.das_read(params["recurrent"]["das"], inputs,
                                                  carry.lstm[-1].h, cdt)
     gates_x = gates_x + nn.dot(context, params["lstm"][0]["w_x"][embedded.shape[-1]:], cdt)
-    lstm_input = jnp.concatenate([embedded, context], axis=-1)
     weights = stream_weights["words"][:, 1:]                    # slot 0 of the buffer is unused
     carry = carry._replace(inputs=inputs)
   if "lstmn" in score.recurrence:
     previous, tape_weights = recurrent.lstmn_read(params["recurrent"]["lstmn"], carry.tapes,
-                                                  lstm_input, cdt)
+                                                  embedded, cdt)
     weights = tape_weights if weights is None else weights
   return gates_x, previous, carry, weights
 

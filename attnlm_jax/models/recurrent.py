@@ -43,11 +43,11 @@ class Tapes(NamedTuple):
 
 
 def init(rng: jax.Array, recurrence: tuple[str, ...], *, hidden_size: int,
-         stream_sizes: dict, lstm_input_size: int, init_scale: float) -> dict:
+         stream_sizes: dict, init_scale: float) -> dict:
   """Parameters of the attentions in `recurrence`: U(-init_scale, init_scale), biases 0.
 
-  stream_sizes: DAS input stream name -> embedding size (its slice of the buffer).
-  lstm_input_size: the first layer's input size, the LSTMN query's x_t (or m_t).
+  stream_sizes: input stream name -> embedding size: the DAS buffer's slices, and together
+  the LSTMN query's x_t (m_t = [w_t; p_t] with POS tags, Cao & Yu sec. 3.3).
   """
   uniform = lambda key, *shape: nn.uniform_init(key, shape, init_scale)
   params = {}
@@ -64,7 +64,7 @@ def init(rng: jax.Array, recurrence: tuple[str, ...], *, hidden_size: int,
   if "lstmn" in recurrence:
     k_h, k_x, k_r, k_v = jax.random.split(rng_lstmn, 4)
     params["lstmn"] = {"w_h": uniform(k_h, hidden_size, hidden_size),
-                       "w_x": uniform(k_x, lstm_input_size, hidden_size),
+                       "w_x": uniform(k_x, sum(stream_sizes.values()), hidden_size),
                        "w_r": uniform(k_r, hidden_size, hidden_size),
                        "v": uniform(k_v, hidden_size)}
   return params

@@ -93,9 +93,9 @@ def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np):
           attention.append(a)
       x = xp.concatenate([m] + contexts)                  # [m_t; m'_t]
     h_prev, c_prev = h, c
-    if "lstmn" in name:
+    if "lstmn" in name:                                   # eq. 1, x_t -> m_t (sec. 3.3)
       q = p["recurrent"]["lstmn"]
-      e = xp.array([q["v"] @ xp.tanh(q["w_h"].T @ h_i + q["w_x"].T @ x + q["w_r"].T @ read_h)
+      e = xp.array([q["v"] @ xp.tanh(q["w_h"].T @ h_i + q["w_x"].T @ m + q["w_r"].T @ read_h)
                     for h_i in tape_h])
       a = softmax(e, xp)
       h_prev = sum(a_i * h_i for a_i, h_i in zip(a, tape_h))
@@ -265,7 +265,8 @@ def test_first_layer_input_holds_the_context_and_the_tags():
   params = models.init(jax.random.key(0), config)
   input_size = 2 * (config.hidden_size + config.tag_size)          # [w_t; p_t; w'_t; p'_t]
   assert params["lstm"][0]["w_x"].shape == (input_size, 4 * config.hidden_size)
-  assert params["recurrent"]["lstmn"]["w_x"].shape == (input_size, config.hidden_size)
+  # The LSTMN score reads m_t = [w_t; p_t] (Cao & Yu sec. 3.3), not the DAS context.
+  assert params["recurrent"]["lstmn"]["w_x"].shape == (input_size // 2, config.hidden_size)
   assert params["recurrent"]["das"]["tags"]["w_w"].shape == (config.tag_size,
                                                               config.hidden_size)
 
