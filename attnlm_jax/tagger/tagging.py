@@ -88,13 +88,14 @@ def tag_corpus(tagger_dir, corpus: str, split: str,
   `LMData.sentences(split)` (encoded words + EOS), so a batch's tag rows are built exactly as
   its token rows: `batching.make_batch(np.concatenate(tags), starts, lengths, width)["inputs"]`
   is the batch's `tags` (tag ids 0 and 1 are <pad> and <eos>, as PAD_ID and EOS_ID). The
-  cache is reused while its line count matches the split.
+  cache is reused while it holds one tag per word of every sentence of the split.
   """
   path = cache_path(tagger_dir, corpus, split)
   tagger = load(tagger_dir)
   index = {t: i for i, t in enumerate(tagger.tags)}
   lines = path.read_text().splitlines() if path.exists() else []
-  if len(lines) != len(sentences):
+  if len(lines) != len(sentences) or any(len(line.split()) != len(sentence)
+                                         for line, sentence in zip(lines, sentences)):
     logging.info("tagging the %d sentences of %s %s with the tagger in %s (once: cached in "
                  "%s)", len(sentences), corpus, split, tagger_dir, path)
     lines = [" ".join(tagger.tags[i] for i in ids) for ids in model_lib.tag_ids(tagger, sentences)]

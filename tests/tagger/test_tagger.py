@@ -176,6 +176,10 @@ def test_tagging_a_corpus_is_cached_and_aligned_with_the_lm_sentences(trained):
   path.write_text("DT NN VBD CD NN\nPRP VBD NNS\n")      # the cache is what is read back
   again = tagging.tag_corpus(workdir, "ptb", "valid", sentences)
   assert [tagger.tags[i] for i in again[1]] == ["PRP", "VBD", "NNS", vocab_lib.EOS]
+  path.write_text("DT NN VBD CD\nPRP VBD NNS NNS\n")   # as many lines, other sentences
+  tagging.tag_corpus(workdir, "ptb", "valid", sentences)
+  assert path.read_text().splitlines() == [" ".join(t) for t in tagger_model.tag(tagger,
+                                                                               sentences)]
 
 
 def test_the_command_line_ends_with_the_saved_accuracy(shared_data, tmp_path):
