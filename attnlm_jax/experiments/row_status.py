@@ -53,12 +53,14 @@ def _patience_ends(run: dict) -> Optional[int]:
 
 
 def _tagger_state(row_dir: epath.Path) -> dict:
-  """Status, parameter count and test accuracy of a tagger row."""
+  """Status, parameter count and test accuracy of a tagger row (and at the test words read as
+  `<unk>`, for a tagger scored on the text as an LM corpus shows it; None otherwise)."""
   if not (row_dir / TAGGER_FILE).exists():
     return {"status": NOT_STARTED}
   metrics = json.loads((row_dir / TAGGER_FILE).read_text())["metrics"]
   return {"status": FINISHED, "params": metrics["num_params"],
-          "test_accuracy": metrics["test_accuracy"]}
+          "test_accuracy": metrics["test_accuracy"],
+          "test_accuracy_unk": metrics.get("test_accuracy_unk")}
 
 
 def _interpolation_state(row_dir: epath.Path) -> dict:

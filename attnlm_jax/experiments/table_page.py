@@ -64,6 +64,15 @@ def _markdown_cells(record: dict) -> list[str]:
           difference_cell(differences.get("valid")), difference_cell(differences.get("test"))]
 
 
+def _tagger_note(record: dict) -> str:
+  """results.md's note on a tagger row: its accuracy, and at the words read as `<unk>`."""
+  unk = record.get("test_accuracy_unk")
+  shown = (f" with the words outside the LM's vocabulary read as `<unk>` ({100 * unk:.1f}% "
+           "at those)" if unk is not None else "")
+  return (f"- `{record['name']}`: POS tagging accuracy {100 * record['test_accuracy']:.1f}% on "
+          f"the CoNLL-2000 test split{shown}.")
+
+
 def _first_words_note(record: dict) -> str:
   """results.md's note on a row trained without a start symbol."""
   return (f"- `{record['name']}` trained without a start symbol (`data.start_symbol=False`, as "
@@ -218,8 +227,7 @@ def format_markdown(summary: dict) -> str:
              "printed by, perplexity rule", "difference valid", "difference test")
   table = markdown.markdown_table(
       headers, [_markdown_cells(record) for record in summary["rows"]])
-  notes = [f"- `{r['name']}`: POS tagging accuracy {100 * r['test_accuracy']:.1f}% on the "
-           "CoNLL-2000 test split." for r in summary["rows"] if r.get("test_accuracy")]
+  notes = [_tagger_note(r) for r in summary["rows"] if r.get("test_accuracy")]
   notes += [f"- `{r['name']}` {r['note']}." for r in summary["rows"] if r.get("note")]
   notes += [_first_words_note(r) for r in summary["rows"]
             if r.get("every_token_predicted") is False]

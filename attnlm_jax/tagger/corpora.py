@@ -82,9 +82,16 @@ def read_treebank_pos(directory, drop_punctuation: bool = True) -> list[tuple[tu
 def lm_words(data_dir) -> frozenset:
   """The words of the training split of the LM corpus in `data_dir` (PTB's 9,999, `<unk>`
   among them): the only words an LM of that corpus shows its tagger."""
-  corpus = corpus_lib.detect(data_dir)
-  return frozenset(w for s in corpus_lib.read_split(corpus, data_dir, "train").sentences
-                   for w in s)
+  try:
+    corpus = corpus_lib.detect(data_dir)
+    sentences = corpus_lib.read_split(corpus, data_dir, "train").sentences
+  except corpus_lib.CorpusError as e:
+    raise TaggerError(f"no LM corpus (ptb.train.txt or wiki.train.tokens) in {data_dir}, "
+                      "whose vocabulary the tagger's words are read in: "
+                      f"{locations.download_hint('ptb', data_dir)}, pass "
+                      "--config.data.lm_data_dir=DIR (the corpus the tags are for), or "
+                      "--config.data.lm_data_dir= (empty) to keep every word") from e
+  return frozenset(w for s in sentences for w in s)
 
 
 def as_lm_text(sentences: list[tuple[tuple, tuple]],

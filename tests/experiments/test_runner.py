@@ -467,10 +467,14 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
   sentence = "the DT B-NP\ndog NN I-NP\nruns VBZ B-VP\nfast RB B-ADVP\n"
   for split in ("train", "test"):
     (conll / f"{split}.txt").write_text("\n".join([sentence] * 30))
+  lm_corpus = tmp_path / "lm_corpus"                # "fast" is not in its vocabulary
+  lm_corpus.mkdir()
+  (lm_corpus / "ptb.train.txt").write_text(" the dog runs \n")
   demo_rows = tables.TABLES["demo"].rows
 
   def table(tagger_units):
-    tagger = {"data.data_dir": str(conll), "data.treebank_dir": "", "model.embed_size": 8,
+    tagger = {"data.data_dir": str(conll), "data.treebank_dir": "",
+              "data.lm_data_dir": str(lm_corpus), "model.embed_size": 8,
               "model.suffix_size": 4, "model.hidden_size": tagger_units, "train.num_epochs": 1}
     return tables.Table("mixed", (
         *demo_rows, tables.Row("tagger", "tagger.py", tagger, kind=tables.TAGGER),
@@ -492,6 +496,7 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
   markdown = (workdir / runner.RESULTS_MD).read_text()
   assert "| mixed | interpolation of none and single, weights 0.5, 0.5 | - | - |" in markdown
   assert "- `tagger`: POS tagging accuracy" in markdown
+  assert "with the words outside the LM's vocabulary read as `<unk>` (" in markdown
   monkeypatch.setattr(runner.tagger_trainer, "train_tagger", tiny_config.must_not_run)
   monkeypatch.setattr(runner.ensemble, "interpolate", tiny_config.must_not_run)
   assert runner.run("mixed", workdir)["trained"] == []

@@ -148,6 +148,13 @@ def test_the_tagger_learns_the_words_the_lm_text_shows_and_tags_its_unk_from_con
   assert 0.0 < metrics["test_accuracy_unk"] <= 1.0
 
 
+def test_a_missing_lm_corpus_names_the_flag_that_fixes_it(tmp_path):
+  with pytest.raises(tagger_corpora.TaggerError) as e:
+    tagger_corpora.lm_words(tmp_path / "missing")
+  assert "--config.data.lm_data_dir=DIR" in str(e.value) and "\n" not in str(e.value)
+  assert "--corpus=ptb" in str(e.value)
+
+
 def test_lm_text_reads_the_words_outside_the_lm_vocabulary_as_unk():
   sentences = [(("the", "zyxt", "said", "N"), ("DT", "NNP", "VBD", "CD"))]
   assert tagger_corpora.as_lm_text(sentences, frozenset({"the", "said", "N"})) == [
