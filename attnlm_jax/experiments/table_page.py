@@ -51,7 +51,7 @@ def _markdown_cells(record: dict) -> list[str]:
     best = f" (best {record['best_epoch']})" if record["best_epoch"] else ""
     epochs = f"{row_status.RUNNING}: {record['epochs_run']} of {count(record['num_epochs'])}{best}"
     so_far = record["best_valid_perplexity"]
-    if so_far is not None and perplexities[0] != markdown.NOT_APPLICABLE:
+    if so_far is not None and record.get("every_token_predicted") is not False:
       perplexities[0] = f"{number(so_far)} (so far)"
   elif record["epochs_run"] is None:
     epochs = "-"

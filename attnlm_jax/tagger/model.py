@@ -197,7 +197,13 @@ def accuracy(tagger: Tagger, sentences, batch_size: int = 256,
              only: Optional[str] = None) -> Optional[float]:
   """Fraction of tokens of `sentences` ((words, tags) pairs) tagged correctly; with `only`,
   of the tokens that are that word (None when there is none)."""
-  predicted = tag(tagger, [words for words, _ in sentences], batch_size)
+  return accuracy_of(tag(tagger, [words for words, _ in sentences], batch_size), sentences,
+                     only)
+
+
+def accuracy_of(predicted: Sequence[Sequence[str]], sentences,
+                only: Optional[str] = None) -> Optional[float]:
+  """`accuracy` of tags already predicted for `sentences` (`tag`'s output)."""
   pairs = [(p, g) for pred, (words, gold) in zip(predicted, sentences)
            for p, g, w in zip(pred, gold, words) if only is None or w == only]
   if only is not None and not pairs:

@@ -88,9 +88,10 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
     print(json.dumps({"epoch": epoch, "train_loss": round(float(np.mean(losses)), 4),
                       "seconds": round(time.time() - start, 1)}), flush=True)
   tagger = tagger._replace(params=average if decay else params)
+  predicted = model_lib.tag(tagger, [words for words, _ in test])
   metrics = {
-      "test_accuracy": model_lib.accuracy(tagger, test),
-      "test_accuracy_unk": model_lib.accuracy(tagger, test, only=vocab_lib.UNK),
+      "test_accuracy": model_lib.accuracy_of(predicted, test),
+      "test_accuracy_unk": model_lib.accuracy_of(predicted, test, only=vocab_lib.UNK),
       "train_accuracy": model_lib.accuracy(tagger, train),
       "majority_baseline": model_lib.majority_baseline(train, test),
       "num_params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
