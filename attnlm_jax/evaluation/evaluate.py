@@ -20,6 +20,7 @@ from attnlm_jax.data import batching
 from attnlm_jax.data import pipeline
 from attnlm_jax import models
 from attnlm_jax.common import errors
+from attnlm_jax.common import logging_utils
 from attnlm_jax.models import losses
 from attnlm_jax.tagger import model as tagger_model
 from attnlm_jax.tagger import tagging
@@ -66,6 +67,11 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
       must fit it (vocabulary and parameter shapes), else CheckpointError.
   """
   workdir = epath.Path(workdir)
+  if (workdir / logging_utils.METRICS_FILE).exists() and not checkpoints.has_weights(workdir):
+    raise checkpoints.CheckpointError(
+        f"{workdir} holds a run's log but not its weights ({checkpoints.VOCAB_FILE} and a "
+        f"checkpoint in {checkpoints.CHECKPOINT_DIR}/; a log copied from docs/results keeps "
+        "none): train the run again in an empty --workdir")
   vocab = checkpoints.read_vocab(workdir)
   config = run_config.complete(config if config is not None
                                else checkpoints.read_config(workdir), len(vocab))

@@ -27,6 +27,7 @@ from attnlm_jax.experiments import table_page
 from attnlm_jax.experiments import tables
 from attnlm_jax import models
 from attnlm_jax.tagger import corpora as tagger_corpora
+from attnlm_jax.tagger import tagging
 from attnlm_jax.tagger import trainer as tagger_trainer
 from attnlm_jax.training import checkpoints
 from attnlm_jax.training import preemption
@@ -49,7 +50,7 @@ _ABSENT = "absent"  # How a config key missing on one side shows in a difference
 
 
 class ReproduceError(errors.UserError):
-  """A row directory that holds another config's run."""
+  """A row directory that holds another config's run, or a needed row's weights missing."""
 
 
 # --------------------------------------------------------------------------- rows
@@ -160,6 +161,33 @@ def check_workdir(name: str, workdir: epath.Path, configs: Mapping[str, Any]) ->
           f"{row.directory(workdir)} holds a run of another config than row {row.name} of table "
           f"{name} ({'; '.join(differences)}): use another --workdir or remove "
           f"{row.directory(workdir)}")
+
+
+def _holds_weights(row: tables.Row, row_dir: epath.Path) -> bool:
+  """Whether a row directory holds the weights a row reading it loads (a training run's
+  checkpoint, a tagger's parameters); an interpolation has none to load."""
+  if row.kind == tables.TRAIN:
+    return checkpoints.has_weights(row_dir)
+  if row.kind == tables.TAGGER:
+    return (row_dir / tagging.PARAMS_FILE).exists()
+  return True
+
+
+def check_needed_weights(name: str, workdir: epath.Path, selected: Sequence[tables.Row]) -> None:
+  """Refuses, before anything trains, a row to run that reads the weights of a row finished
+  by its log but without them in `workdir` (a log copied from docs/results keeps none)."""
+  by_name = {row.name: row for row in tables.get_table(name).rows}
+  for row in selected:
+    if row_status.read(row, workdir)["status"] == row_status.FINISHED:
+      continue
+    for needed in (by_name[need] for need in row.needs):
+      needed_dir = needed.directory(workdir)
+      if (row_status.read(needed, workdir)["status"] == row_status.FINISHED
+          and not _holds_weights(needed, needed_dir)):
+        raise ReproduceError(
+            f"row {row.name} of table {name} reads the weights of row {needed.name}, whose log "
+            f"in {needed_dir} says finished but whose weights are not there (a log copied from "
+            f"docs/results keeps none): remove {needed_dir} and run again to train it anew")
 
 
 def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
@@ -347,7 +375,8 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
 
   Raises:
     tables.TableError: an unknown table or row (nothing is trained then).
-    ReproduceError: a row directory holding another config's run (nothing is trained then).
+    ReproduceError: a row directory holding another config's run, or a row to run that reads
+      the weights of a finished row without them (nothing is trained then).
     preemption.Stopped: SIGTERM or SIGINT stopped the row in training after saving it; the
       results files are written first, with that row running (rerunning resumes it).
     train.TrainingDiverged: the row in training diverged; the results files are written
@@ -363,6 +392,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
     print(format_plan(table, workdir, plan), flush=True)
     return {"table": table, "workdir": str(workdir), "plan": plan}
   check_workdir(table, workdir, configs)
+  check_needed_weights(table, workdir, [] if pages_only else selected)
   command = ("python -m attnlm_jax.main --mode=reproduce "
              f"--table={table} --workdir={locations.as_typed(workdir)}"
              + (f" --rows={','.join(rows)}" if rows else ""))

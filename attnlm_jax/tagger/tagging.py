@@ -19,6 +19,9 @@ from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax.tagger import corpora
 from attnlm_jax.tagger import model as model_lib
 
+PARAMS_FILE = "tagger.msgpack"  # The tagger's parameters.
+META_FILE = "tagger.json"       # Its config, vocabularies, tag list and metrics.
+
 
 def save(tagger: model_lib.Tagger, workdir, metrics: dict) -> None:
   """Writes `tagger.msgpack` (parameters) and `tagger.json` (config, vocabularies, metrics),
@@ -27,9 +30,9 @@ def save(tagger: model_lib.Tagger, workdir, metrics: dict) -> None:
   workdir.mkdir(parents=True, exist_ok=True)
   if (workdir / "tags").exists():
     (workdir / "tags").rmtree()
-  (workdir / "tagger.msgpack").write_bytes(
+  (workdir / PARAMS_FILE).write_bytes(
       flax.serialization.msgpack_serialize(jax.tree.map(np.asarray, tagger.params)))
-  (workdir / "tagger.json").write_text(json.dumps(
+  (workdir / META_FILE).write_text(json.dumps(
       {"config": tagger.config.to_dict(), "words": tagger.words.words,
        "suffixes": tagger.suffixes.words, "tags": list(tagger.tags), "metrics": metrics},
       indent=1))
@@ -37,10 +40,10 @@ def save(tagger: model_lib.Tagger, workdir, metrics: dict) -> None:
 
 def _read_meta(workdir: epath.Path) -> dict:
   """The `tagger.json` of `workdir`; corpora.TaggerError when there is none."""
-  if not (workdir / "tagger.json").exists():
+  if not (workdir / META_FILE).exists():
     raise corpora.TaggerError(f"no tagger in {workdir}: train one with --mode=train_tagger "
                               f"--config=configs/tagger.py --workdir={workdir}")
-  return json.loads((workdir / "tagger.json").read_text())
+  return json.loads((workdir / META_FILE).read_text())
 
 
 def num_tags(data_config: ml_collections.ConfigDict) -> int:
@@ -58,7 +61,7 @@ def fingerprint(workdir) -> str:
   tagger trained again, or another one, tags a corpus otherwise and has another."""
   workdir = epath.Path(workdir)
   meta = _read_meta(workdir)
-  digest = hashlib.sha256((workdir / "tagger.msgpack").read_bytes())
+  digest = hashlib.sha256((workdir / PARAMS_FILE).read_bytes())
   digest.update(json.dumps({key: meta[key] for key in ("config", "words", "suffixes", "tags")},
                            sort_keys=True).encode())
   return digest.hexdigest()[:16]
@@ -68,7 +71,7 @@ def load(workdir) -> model_lib.Tagger:
   """The tagger saved in `workdir` by `train_tagger`."""
   workdir = epath.Path(workdir)
   meta = _read_meta(workdir)
-  params = flax.serialization.msgpack_restore((workdir / "tagger.msgpack").read_bytes())
+  params = flax.serialization.msgpack_restore((workdir / PARAMS_FILE).read_bytes())
   return model_lib.Tagger(jax.tree.map(jnp.asarray, params),
                           ml_collections.ConfigDict(meta["config"]),
                           vocab_lib.Vocabulary(meta["words"]),

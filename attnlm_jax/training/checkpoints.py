@@ -204,6 +204,12 @@ def evaluated_step(workdir: epath.Path) -> Optional[int]:
   return step
 
 
+def has_weights(workdir: epath.Path) -> bool:
+  """Whether a run's directory holds what `evaluate.load` restores: its vocabulary and a
+  checkpoint (a run's log copied without them, as `docs/results/` keeps it, does not)."""
+  return (workdir / VOCAB_FILE).exists() and evaluated_step(workdir) is not None
+
+
 def check_compatible(workdir: epath.Path, vocab: vocab_lib.Vocabulary, params: Any) -> None:
   """Raises CheckpointError when the workdir was made with another vocabulary or shapes.
 

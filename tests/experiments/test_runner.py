@@ -13,6 +13,7 @@ import pytest
 
 from attnlm_jax.common import config_files
 from attnlm_jax.common import logging_utils
+from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import runner
@@ -503,6 +504,43 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
   monkeypatch.setitem(tables.TABLES, "mixed", table(16))
   with pytest.raises(runner.ReproduceError, match="model.hidden_size is 8 there, 16 here"):
     runner.run("mixed", workdir)
+
+
+def test_a_row_reading_weights_a_copied_log_lacks_is_refused_before_anything_trains(
+    demo, tmp_path, monkeypatch):
+  """As on a new machine whose finished rows came back from docs/results: the interpolation
+  of `none` and `single` is refused at once, not after the rows before it have trained."""
+  monkeypatch.setitem(tables.TABLES, "mixed", tables.Table("mixed", (
+      *tables.TABLES["demo"].rows,
+      tables.Row("mixed", kind=tables.INTERPOLATE, members=("none", "single"),
+                 weights=(0.5, 0.5)))))
+  for name in ("none", "single"):       # the log alone, as docs/results/<table>/<row> keeps it
+    (tmp_path / name).mkdir()
+    for file in (checkpoints.CONFIG_FILE, logging_utils.METRICS_FILE):
+      shutil.copy(demo[0] / name / file, tmp_path / name)
+  monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
+  monkeypatch.setattr(runner.ensemble, "interpolate", tiny_config.must_not_run)
+  with pytest.raises(runner.ReproduceError) as error:
+    runner.run("mixed", tmp_path)
+  message = str(error.value)
+  assert "\n" not in message
+  assert (f"row mixed of table mixed reads the weights of row none, whose log in "
+          f"{tmp_path / 'none'} says finished but whose weights are not there") in message
+  assert f"remove {tmp_path / 'none'} and run again" in message
+  assert not (tmp_path / "mixed").exists()
+  shutil.copytree(demo[0] / "none", tmp_path / "none", dirs_exist_ok=True)  # its weights back
+  with pytest.raises(runner.ReproduceError, match="weights of row single"):
+    runner.run("mixed", tmp_path)
+  assert runner.run("mixed", tmp_path, pages_only=True)["trained"] == []  # pages need no weights
+
+
+def test_evaluating_a_copied_log_says_its_weights_are_missing(demo, tmp_path):
+  for file in (checkpoints.CONFIG_FILE, logging_utils.METRICS_FILE):
+    shutil.copy(demo[0] / "none" / file, tmp_path)
+  with pytest.raises(checkpoints.CheckpointError,
+                     match="holds a run's log but not its weights") as error:
+    evaluate.load(tmp_path)
+  assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("table", sorted(p.parent.name for p in
