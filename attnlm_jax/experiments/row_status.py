@@ -14,7 +14,10 @@ FINISHED = "finished"
 NOT_STARTED = "not started"
 RUNNING = "running"  # Started, not finished: a status "running: epoch k of n".
 DIVERGED = "diverged"  # Its last session diverged: a status "diverged: step s".
+STALE = "stale"  # An interpolation whose member trained again since: "stale: lstm trained again".
 INTERPOLATION_FILE = "interpolation.json"  # An interpolation row's result, in its directory.
+# The key of INTERPOLATION_FILE that holds each member's test perplexity by its log when mixed.
+MEMBER_LOGS = "member_test_perplexity"
 TAGGER_FILE = "tagger.json"                # Written by `tagging.save` (attnlm_jax/tagger).
 SPLITS = ("valid", "test")
 
@@ -63,12 +66,22 @@ def _tagger_state(row_dir: epath.Path) -> dict:
           "test_accuracy_unk": metrics.get("test_accuracy_unk")}
 
 
+def member_test_perplexity(member_dir: epath.Path) -> Optional[float]:
+  """A member's test perplexity by its log (None without a finished one): the same log, the
+  same model; a member trained again, on another machine or code, ends elsewhere."""
+  return _training_state(member_dir).get("test_perplexity")
+
+
 def _interpolation_state(row_dir: epath.Path) -> dict:
-  """Status and perplexities of an interpolation row."""
+  """Status and perplexities of an interpolation row; "stale: M trained again" when a member's
+  log no longer ends where it did when mixed (rerunning the row mixes them anew)."""
   if not (row_dir / INTERPOLATION_FILE).exists():
     return {"status": NOT_STARTED}
   mixture = json.loads((row_dir / INTERPOLATION_FILE).read_text())
-  return {"status": FINISHED, "weights": mixture["test"]["weights"],
+  retrained = [member for member, test in mixture.get(MEMBER_LOGS, {}).items()
+               if member_test_perplexity(row_dir.parent / member) != test]
+  return {"status": f"{STALE}: {', '.join(retrained)} trained again" if retrained else FINISHED,
+          "weights": mixture["test"]["weights"],
           **{f"{split}_{key}": mixture[split][key] for split in SPLITS
              for key in ("perplexity", "perplexity_paper_convention")}}
 
@@ -78,6 +91,6 @@ _STATE_READERS = {tables.TRAIN: _training_state, tables.TAGGER: _tagger_state,
 
 
 def read(row: tables.Row, workdir: epath.Path) -> dict:
-  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED, "running: epoch k of n" or
-  "diverged: step s" (the statuses of `table_page`), ...}."""
+  """What workdir/<row> holds: {"status": FINISHED, NOT_STARTED, "running: epoch k of n",
+  "diverged: step s" or "stale: M trained again" (the statuses of `table_page`), ...}."""
   return _STATE_READERS[row.kind](row.directory(workdir))

@@ -352,6 +352,8 @@ def _run_row(row: tables.Row, workdir: epath.Path, config) -> None:
     mixture = {split: ensemble.interpolate([workdir / m for m in row.members], split,
                                            weights=list(row.weights))
                for split in row_status.SPLITS}
+    mixture[row_status.MEMBER_LOGS] = {
+        member: row_status.member_test_perplexity(workdir / member) for member in row.members}
     row_dir.mkdir(parents=True, exist_ok=True)
     (row_dir / row_status.INTERPOLATION_FILE).write_text(json.dumps(mixture, indent=1) + "\n")
 

@@ -506,6 +506,32 @@ def test_tagger_and_interpolation_rows(demo, tmp_path, monkeypatch):
     runner.run("mixed", workdir)
 
 
+def test_an_interpolation_is_stale_once_a_member_trains_again(demo, tmp_path, monkeypatch):
+  monkeypatch.setitem(tables.TABLES, "mixed", tables.Table("mixed", (
+      *tables.TABLES["demo"].rows,
+      tables.Row("mixed", kind=tables.INTERPOLATE, members=("none", "single"),
+                 weights=(0.5, 0.5)))))
+  for row in tables.TABLES["demo"].rows:
+    shutil.copytree(demo[0] / row.name, tmp_path / row.name)
+  monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
+  assert runner.run("mixed", tmp_path)["trained"] == ["mixed"]
+  mixed = tables.TABLES["mixed"].rows[-1]
+  recorded = json.loads((tmp_path / "mixed" / row_status.INTERPOLATION_FILE).read_text())
+  tests = {row.name: row_status.read(row, tmp_path)["test_perplexity"]
+           for row in tables.TABLES["demo"].rows}
+  assert recorded[row_status.MEMBER_LOGS] == tests
+  assert row_status.read(mixed, tmp_path)["status"] == row_status.FINISHED
+  log = tmp_path / "single" / logging_utils.METRICS_FILE    # as if trained again elsewhere
+  records = _records(log)
+  records[-1]["final_test_perplexity"] *= 1.001
+  log.write_text("".join(json.dumps(record) + "\n" for record in records))
+  assert row_status.read(mixed, tmp_path)["status"] == "stale: single trained again"
+  assert runner.run("mixed", tmp_path, pages_only=True)["rows"]["mixed"] == (
+      "stale: single trained again")
+  assert runner.run("mixed", tmp_path)["trained"] == ["mixed"]   # mixed anew
+  assert row_status.read(mixed, tmp_path)["status"] == row_status.FINISHED
+
+
 def test_a_row_reading_weights_a_copied_log_lacks_is_refused_before_anything_trains(
     demo, tmp_path, monkeypatch):
   """As on a new machine whose finished rows came back from docs/results: the interpolation
