@@ -67,7 +67,8 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
       must fit it (vocabulary and parameter shapes), else CheckpointError.
   """
   workdir = epath.Path(workdir)
-  if (workdir / logging_utils.METRICS_FILE).exists() and not checkpoints.has_weights(workdir):
+  if ((workdir / logging_utils.METRICS_FILE).exists()
+      and not (workdir / checkpoints.VOCAB_FILE).exists()):  # Training writes it first.
     raise checkpoints.CheckpointError(
         f"{workdir} holds a run's log but not its weights ({checkpoints.VOCAB_FILE} and a "
         f"checkpoint in {checkpoints.CHECKPOINT_DIR}/; a log copied from docs/results keeps "

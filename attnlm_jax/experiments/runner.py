@@ -185,9 +185,9 @@ def check_needed_weights(name: str, workdir: epath.Path, selected: Sequence[tabl
       if (row_status.read(needed, workdir)["status"] == row_status.FINISHED
           and not _holds_weights(needed, needed_dir)):
         raise ReproduceError(
-            f"row {row.name} of table {name} reads the weights of row {needed.name}, whose log "
-            f"in {needed_dir} says finished but whose weights are not there (a log copied from "
-            f"docs/results keeps none): remove {needed_dir} and run again to train it anew")
+            f"row {row.name} of table {name} reads the weights of row {needed.name}, finished "
+            f"by its results in {needed_dir} but without its weights there (results copied "
+            f"from docs/results keep none): remove {needed_dir} and run again to train it anew")
 
 
 def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:

@@ -53,6 +53,8 @@ def _markdown_cells(record: dict) -> list[str]:
     so_far = record["best_valid_perplexity"]
     if so_far is not None and record.get("every_token_predicted") is not False:
       perplexities[0] = f"{number(so_far)} (so far)"
+  elif record["status"].startswith(row_status.STALE):
+    epochs = record["status"]  # An interpolation whose member trained again: numbers of old.
   elif record["epochs_run"] is None:
     epochs = "-"
   else:

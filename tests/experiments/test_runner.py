@@ -528,6 +528,8 @@ def test_an_interpolation_is_stale_once_a_member_trains_again(demo, tmp_path, mo
   assert row_status.read(mixed, tmp_path)["status"] == "stale: single trained again"
   assert runner.run("mixed", tmp_path, pages_only=True)["rows"]["mixed"] == (
       "stale: single trained again")
+  assert "| mixed | interpolation of none and single, weights 0.5, 0.5 | - | stale: single " in (
+      (tmp_path / runner.RESULTS_MD).read_text())
   assert runner.run("mixed", tmp_path)["trained"] == ["mixed"]   # mixed anew
   assert row_status.read(mixed, tmp_path)["status"] == row_status.FINISHED
 
@@ -535,29 +537,47 @@ def test_an_interpolation_is_stale_once_a_member_trains_again(demo, tmp_path, mo
 def test_a_row_reading_weights_a_copied_log_lacks_is_refused_before_anything_trains(
     demo, tmp_path, monkeypatch):
   """As on a new machine whose finished rows came back from docs/results: the interpolation
-  of `none` and `single` is refused at once, not after the rows before it have trained."""
+  of `none` (its log alone) and `single` (not started) is refused at once, before `single`
+  trains, not hours later when the mixture needs `none`'s weights."""
   monkeypatch.setitem(tables.TABLES, "mixed", tables.Table("mixed", (
       *tables.TABLES["demo"].rows,
       tables.Row("mixed", kind=tables.INTERPOLATE, members=("none", "single"),
                  weights=(0.5, 0.5)))))
-  for name in ("none", "single"):       # the log alone, as docs/results/<table>/<row> keeps it
-    (tmp_path / name).mkdir()
-    for file in (checkpoints.CONFIG_FILE, logging_utils.METRICS_FILE):
-      shutil.copy(demo[0] / name / file, tmp_path / name)
+  (tmp_path / "none").mkdir()              # the log alone, as docs/results/<table>/<row> keeps it
+  for file in (checkpoints.CONFIG_FILE, logging_utils.METRICS_FILE):
+    shutil.copy(demo[0] / "none" / file, tmp_path / "none")
   monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
   monkeypatch.setattr(runner.ensemble, "interpolate", tiny_config.must_not_run)
   with pytest.raises(runner.ReproduceError) as error:
     runner.run("mixed", tmp_path)
   message = str(error.value)
   assert "\n" not in message
-  assert (f"row mixed of table mixed reads the weights of row none, whose log in "
-          f"{tmp_path / 'none'} says finished but whose weights are not there") in message
+  assert (f"row mixed of table mixed reads the weights of row none, finished by its results "
+          f"in {tmp_path / 'none'} but without its weights there") in message
   assert f"remove {tmp_path / 'none'} and run again" in message
-  assert not (tmp_path / "mixed").exists()
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["none"]
+  assert runner.run("mixed", tmp_path, pages_only=True)["trained"] == []  # pages need no weights
   shutil.copytree(demo[0] / "none", tmp_path / "none", dirs_exist_ok=True)  # its weights back
+  shutil.copytree(demo[0] / "single", tmp_path / "single")
+  (tmp_path / "single" / checkpoints.VOCAB_FILE).unlink()
   with pytest.raises(runner.ReproduceError, match="weights of row single"):
     runner.run("mixed", tmp_path)
-  assert runner.run("mixed", tmp_path, pages_only=True)["trained"] == []  # pages need no weights
+
+
+def test_a_row_reading_a_tagger_without_its_parameters_is_refused(tmp_path, monkeypatch):
+  monkeypatch.setitem(tables.TABLES, "tagged", tables.Table("tagged", (
+      tables.Row("tagger", "tagger.py", kind=tables.TAGGER),
+      tables.Row("lm", "das.py:model=das_lstmn,tags=1",
+                 row_dirs={"data.tagger_dir": "tagger"}))))
+  rows = tables.TABLES["tagged"].rows
+  (tmp_path / "tagger").mkdir()     # a finished tagger's results, as docs/results keeps them
+  (tmp_path / "tagger" / row_status.TAGGER_FILE).write_text(json.dumps(
+      {"metrics": {"num_params": 10, "test_accuracy": 0.9}}))
+  assert row_status.read(rows[0], tmp_path)["status"] == row_status.FINISHED
+  with pytest.raises(runner.ReproduceError, match="reads the weights of row tagger"):
+    runner.check_needed_weights("tagged", tmp_path, rows)
+  (tmp_path / "tagger" / runner.tagging.PARAMS_FILE).write_bytes(b"parameters")
+  runner.check_needed_weights("tagged", tmp_path, rows)
 
 
 def test_evaluating_a_copied_log_says_its_weights_are_missing(demo, tmp_path):
