@@ -52,6 +52,8 @@ def default_config() -> ml_collections.ConfigDict:
   config.score = "single"         # Attention score: one of scores.SCORE_FUNCTIONS.
   config.max_len = 35             # Memory buffer slots in training (= training truncation).
   config.zero_slot = True         # Keep the always-valid zero state h_0 = 0 in the memory.
+  config.tape_slots = 0           # LSTMN tapes: the zero slot and the last tape_slots - 1
+                                  # (h, c) states (0: as many as the memory holds).
   config.forget_bias = 0.0        # Initial forget-gate bias (1.0 for the averaging LM).
   config.init_scale = 0.05        # Weights start U(-init_scale, init_scale); biases 0.
   config.attention_form = "parallel"  # "parallel" (fast) or "scan" (reference) in apply().
@@ -100,6 +102,13 @@ def validate(config) -> None:
   for field in ("vocab_size", "hidden_size", "num_layers", "max_len", "score_block_elements"):
     if config[field] < 1 + (field == "max_len"):
       raise ConfigError(f"config.model.{field} = {config[field]} is too small")
+  tape_slots = config.get("tape_slots", 0)
+  if tape_slots < 0 or tape_slots == 1:
+    raise ConfigError(f"config.model.tape_slots = {tape_slots}: a tape needs at least 2 slots, "
+                      "the zero slot and one state (0: as many as the memory holds)")
+  if tape_slots and "lstmn" not in scores.get(config.score).recurrence:
+    raise ConfigError(f"config.model.tape_slots = {tape_slots} sizes the LSTMN's tapes, and "
+                      f"score {config.score!r} has none: use lstmn or das_lstmn, or leave it at 0")
   if not 0.0 <= config.dropout < 1.0:
     raise ConfigError(f"config.model.dropout = {config.dropout} must be in [0, 1)")
   for field, choices in (("head_activation", HEAD_ACTIVATIONS),
@@ -562,8 +571,9 @@ def _logits(params, config, features):
 def _initial_state(params, config, score, batch_size: int, capacity: int,
                    streaming: bool = False) -> DecodeState:
   """Zero LSTM states and empty buffers; the memory a running mean if `streaming`, else a
-  buffer of `capacity` slots (none for the models without attention); every buffer with the
-  keys of its zero states (`_with_keys`)."""
+  buffer of `capacity` slots (none for the models without attention), the DAS buffer of
+  `capacity`, the LSTMN tapes of `config.tape_slots` or `capacity`; every buffer with the keys
+  of its zero states (`_with_keys`)."""
   hidden = config.hidden_size
   layers = tuple(lstm.zero_state(batch_size, hidden) for _ in range(config.num_layers))
   if streaming:
@@ -574,7 +584,8 @@ def _initial_state(params, config, score, batch_size: int, capacity: int,
   streams, _ = _input_sizes(config, score)
   inputs = (recurrent.empty_inputs(batch_size, capacity, sum(streams.values()))
             if "das" in score.recurrence else None)
-  tapes = (recurrent.empty_tapes(batch_size, capacity, hidden, config.zero_slot)
+  tapes = (recurrent.empty_tapes(batch_size, config.get("tape_slots", 0) or capacity, hidden,
+                                 config.zero_slot)
            if "lstmn" in score.recurrence else None)
   return _with_keys(params, config, score, DecodeState(layers, buffer, inputs, tapes))
 

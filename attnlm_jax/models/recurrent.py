@@ -15,7 +15,8 @@ LSTMN (Cheng, Dong & Lapata 2016, as written in Cao & Yu eqs. 1-4):
     a = softmax(e);  ~h_t = sum_i a_i h_i;  ~c_t = sum_i a_i c_i
     (h_t, c_t) = LSTM(x_t, (~h_t, ~c_t))
 
-b_v is left out (softmax(e + b_v) = softmax(e)); the tapes hold the first LSTM layer's states.
+b_v is left out (softmax(e + b_v) = softmax(e)); the tapes hold the first LSTM layer's states
+(`config.tape_slots` > 0: h_0 and the last tape_slots - 1 of them, a ring as `memory.write`).
 Each buffer caches the part of the score that depends on the slot alone (`das_keys`: W_w w_i;
 `lstmn_key`: W_h h_i), computed once when the slot is written, so a step costs O(L H) rather
 than O(L H^2). The buffers, POS inputs and DAS-LSTMN: docs/models.md, "The DAS LM and the

@@ -98,6 +98,26 @@ def test_two_windows_equal_step_token_by_token(score, form):
   assert np.abs(fresh - windows[:, WINDOW:])[valid[:, WINDOW:]].max() > 1e-3
 
 
+@pytest.mark.parametrize("score", ["lstmn", "das_lstmn"])
+def test_a_shorter_tape_is_carried_across_windows_and_equals_step(score):
+  """tape_slots = 3 (h_0 and two states) against the window's max_len = 5: windows and
+  token-by-token steps agree; the first three steps, whose tapes hold at most two states,
+  match the default tapes of five slots, and every later step differs from them."""
+  config, params = _model(score, "scan", tape_slots=3)
+  tokens, full = _tokens(), np.full(ROWS, WINDOW, np.int32)
+  windows = _two_windows(params, config, tokens, full)
+  state = models.init_stream_state(params, config, ROWS)
+  step = jax.jit(lambda state, token: models.step(params, config, state, token))
+  stepped = []
+  for t in range(2 * WINDOW):
+    logits, state = step(state, tokens[:, t])
+    stepped.append(logits)
+  np.testing.assert_allclose(windows, np.stack(stepped, 1), atol=2e-6)
+  default = _two_windows(params, _model(score, "scan")[0], tokens, full)
+  np.testing.assert_allclose(windows[:, :3], default[:, :3], atol=2e-6)
+  assert np.abs(windows[:, 3:] - default[:, 3:]).max(axis=(0, 2)).min() > 1e-3
+
+
 @pytest.mark.parametrize("score", ["single", "combined", "average"])
 def test_the_memory_is_carried_across_the_window_boundary(score):
   """With the LSTM state carried but the memory emptied, the second window's first steps

@@ -58,13 +58,14 @@ def lstm_cell(layer, x, h, c, xp=np):
   return sigmoid(o, xp) * xp.tanh(c), c
 
 
-def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np):
+def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np, tape_slots=0):
   """One sentence, one layer, written from Cao & Yu eqs. 1-8, 15-19 step by step, in NumPy
   (or, with xp=jax.numpy, differentiable).
 
   Returns the log-probabilities [T, V] and the attention weights of each step (DAS: over the
   word history w_1..w_t; LSTMN: over the tape [h_0 = 0, h_1 .. h_{t-1}]). b_v is the DAS
-  score's output bias (eq. 6), which the softmax cancels.
+  score's output bias (eq. 6), which the softmax cancels. tape_slots > 0 keeps the LSTMN
+  tapes to h_0 and the last tape_slots - 1 states.
   """
   p = jax.tree.map(xp.asarray, params)
   name = config.score
@@ -106,6 +107,8 @@ def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np):
     h, c = lstm_cell(layer, x, h_prev, c_prev, xp)
     tape_h.append(h)
     tape_c.append(c)
+    if tape_slots and len(tape_h) > tape_slots:           # forget the oldest state, keep h_0
+      del tape_h[1], tape_c[1]
     logits = p["embed"] @ h + p["out_bias"]
     log_probs.append(logits - logits.max() - xp.log(xp.exp(logits - logits.max()).sum()))
   return xp.stack(log_probs), attention
@@ -127,6 +130,34 @@ def test_model_matches_numpy_equations(name, pos_tags):
     for t, a in enumerate(attention):
       np.testing.assert_allclose(weights[b, t, :len(a)], a, atol=1e-5)
       assert not np.any(np.asarray(weights)[b, t, len(a):])
+
+
+@pytest.mark.parametrize("name", ["lstmn", "das_lstmn"])
+def test_a_shorter_tape_matches_the_equations(name):
+  """tape_slots = 3: each step reads h_0 and the last two states (the DAS buffer keeps every
+  input); past the third step the full tape's log-probabilities differ."""
+  config = tiny_config(name, tape_slots=3)
+  params = random_params(config)
+  tokens, tags, lengths = random_batch()
+  got = np.asarray(jax.nn.log_softmax(models.apply(params, config, tokens, lengths, tags=tags)))
+  for b, length in enumerate(np.asarray(lengths)):
+    sentence = np.asarray(tokens[b, :length]), np.asarray(tags[b, :length])
+    want, _ = numpy_model(params, config, *sentence, tape_slots=3)
+    np.testing.assert_allclose(got[b, :length], want, atol=1e-5)
+    full, _ = numpy_model(params, config, *sentence)
+    np.testing.assert_allclose(got[b, :min(length, 3)], full[:3], atol=1e-5)
+    if length > 3:
+      assert np.abs(got[b, 3:length] - full[3:]).max(axis=1).min() > 1e-4
+
+
+@pytest.mark.parametrize("name, tape_slots, message", [
+    ("lstmn", 1, "tape_slots = 1: a tape needs at least 2 slots"),
+    ("lstmn", -2, "tape_slots = -2: a tape needs at least 2 slots"),
+    ("das", 3, "tape_slots = 3 sizes the LSTMN's tapes, and score 'das' has none"),
+    ("single", 3, "tape_slots = 3 sizes the LSTMN's tapes, and score 'single' has none")])
+def test_a_bad_tape_is_refused_in_one_line(name, tape_slots, message):
+  with pytest.raises(ConfigError, match=message):
+    models.init(jax.random.key(0), tiny_config(name, tape_slots=tape_slots))
 
 
 def test_score_functions_match_their_equations():
