@@ -50,8 +50,11 @@ class AnalysisError(errors.UserError):
 
 # ----------------------------------------------------------------------------- forward passes
 def has_attention(model_config) -> bool:
-  """True for the models whose `apply(return_attention=True)` returns weights."""
+  """True for the models whose `apply(return_attention=True)` returns weights over the
+  sentence (not an LSTMN whose `tape_slots` keep its tape as a ring)."""
   score = scores.get(model_config.score)
+  if model_config.score == "lstmn" and model_config.get("tape_slots", 0):
+    return False
   return score.attend is not None or score.feeds_recurrence
 
 

@@ -260,7 +260,7 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
   return_attention: also return the attention weights [B, T, L] (L = T slots): over the
     memory [h_0 = 0, h_1 .. h_{t-1}] for the output-layer scores; over the inputs m_1..m_T for
     `das` and `das_lstmn` (the word stream's weights); over the tape [h_0 = 0, h_1 ..] for
-    `lstmn`.
+    `lstmn` (not with `config.tape_slots`, whose tape is a ring).
   return_hidden: also return (last, after the weights if asked) the hidden states named by
     `hidden` (`HIDDEN_STATES`): the last LSTM layer's output h_t [B, T, H], the output
     layer's input (after the output dropout in training), or that layer's h'_t, the
@@ -278,6 +278,10 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
   score = scores.get(config.score)
   if return_attention and score.attend is None and not score.feeds_recurrence:
     raise ConfigError(f"score {config.score!r} has no attention weights to return")
+  if return_attention and config.score == "lstmn" and config.get("tape_slots", 0):
+    raise ConfigError(f"config.model.tape_slots = {config.tape_slots} keeps the LSTMN's tape as "
+                      "a ring, whose slots are not the sentence's positions: its weights cannot "
+                      "be drawn over the sentence (a tape of 0 slots holds the whole sentence)")
   logits, weights, updates, _, states = _forward(params, config, tokens, lengths, None,
                                                  train=train, rng=rng,
                                                  need_weights=return_attention, tags=tags,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from attnlm_jax.common.errors import ConfigError
+from attnlm_jax.evaluation import analysis
 from attnlm_jax import models
 from attnlm_jax.models import recurrent
 from attnlm_jax.models import scores
@@ -158,6 +159,18 @@ def test_a_shorter_tape_matches_the_equations(name):
 def test_a_bad_tape_is_refused_in_one_line(name, tape_slots, message):
   with pytest.raises(ConfigError, match=message):
     models.init(jax.random.key(0), tiny_config(name, tape_slots=tape_slots))
+
+
+def test_a_short_tape_refuses_to_return_its_ring_as_attention():
+  """Its slots are not the sentence's positions: `apply` refuses, and the analyses that draw
+  attention over the sentence skip the model (the other analyses still run)."""
+  config = tiny_config("lstmn", tape_slots=3)
+  tokens, _, lengths = random_batch()
+  with pytest.raises(ConfigError, match="tape_slots = 3 keeps the LSTMN's tape as a ring"):
+    models.apply(random_params(config), config, tokens, lengths, return_attention=True)
+  assert not analysis.has_attention(config)
+  assert analysis.has_attention(tiny_config("lstmn"))
+  assert analysis.has_attention(tiny_config("das_lstmn", tape_slots=3))  # the DAS weights
 
 
 def test_score_functions_match_their_equations():

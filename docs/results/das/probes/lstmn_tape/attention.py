@@ -20,9 +20,8 @@ from attnlm_jax.evaluation import evaluate
 
 def main(workdir, max_sentences=None):
   model = evaluate.load(workdir)
-  if model.config.model.score != "lstmn" or model.config.model.get("tape_slots", 0):
-    sys.exit(f"{workdir}: an LSTMN whose tape holds the whole sentence is needed (a shorter "
-             "tape is a ring, whose slots are not in order)")
+  if model.config.model.score != "lstmn":
+    sys.exit(f"{workdir}: score {model.config.model.score!r}, not an LSTMN")
   sentences = [model.vocab.decode(s[:-1]) for s in model.data.sentences("valid")]
   sentences = sentences[:int(max_sentences)] if max_sentences else sentences
   recent, zero, uniform, ratios = [], [], [], []
