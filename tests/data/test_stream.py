@@ -78,21 +78,26 @@ def _two_windows(params, config, tokens, lengths_2):
   return np.concatenate([first, second], axis=1)
 
 
-@pytest.mark.parametrize("form", ["parallel", "scan"])
-@pytest.mark.parametrize("score", STREAM_SCORES)
-def test_two_windows_equal_step_token_by_token(score, form):
-  config, params = _model(score, form)
-  tokens, lengths_2 = _tokens(), np.array([WINDOW, WINDOW, 4], np.int32)
-  windows = _two_windows(params, config, tokens, lengths_2)
+def _stepped(params, config, tokens):
+  """Logits [B, 2T, V] of the same tokens fed to `models.step` one at a time."""
   state = models.init_stream_state(params, config, ROWS)
   step = jax.jit(lambda state, token: models.step(params, config, state, token))
   stepped = []
   for t in range(2 * WINDOW):
     logits, state = step(state, tokens[:, t])
     stepped.append(logits)
+  return np.stack(stepped, 1)
+
+
+@pytest.mark.parametrize("form", ["parallel", "scan"])
+@pytest.mark.parametrize("score", STREAM_SCORES)
+def test_two_windows_equal_step_token_by_token(score, form):
+  config, params = _model(score, form)
+  tokens, lengths_2 = _tokens(), np.array([WINDOW, WINDOW, 4], np.int32)
+  windows = _two_windows(params, config, tokens, lengths_2)
   valid = np.concatenate([np.ones((ROWS, WINDOW), bool),
                           np.arange(WINDOW)[None] < lengths_2[:, None]], axis=1)
-  np.testing.assert_allclose(windows[valid], np.stack(stepped, 1)[valid], atol=2e-6)
+  np.testing.assert_allclose(windows[valid], _stepped(params, config, tokens)[valid], atol=2e-6)
   # The carried state matters: the second window alone, from a fresh state, differs.
   fresh = models.apply(params, config, tokens[:, WINDOW:], lengths_2)
   assert np.abs(fresh - windows[:, WINDOW:])[valid[:, WINDOW:]].max() > 1e-3
@@ -106,13 +111,7 @@ def test_a_shorter_tape_is_carried_across_windows_and_equals_step(score):
   config, params = _model(score, "scan", tape_slots=3)
   tokens, full = _tokens(), np.full(ROWS, WINDOW, np.int32)
   windows = _two_windows(params, config, tokens, full)
-  state = models.init_stream_state(params, config, ROWS)
-  step = jax.jit(lambda state, token: models.step(params, config, state, token))
-  stepped = []
-  for t in range(2 * WINDOW):
-    logits, state = step(state, tokens[:, t])
-    stepped.append(logits)
-  np.testing.assert_allclose(windows, np.stack(stepped, 1), atol=2e-6)
+  np.testing.assert_allclose(windows, _stepped(params, config, tokens), atol=2e-6)
   default = _two_windows(params, _model(score, "scan")[0], tokens, full)
   np.testing.assert_allclose(windows[:, :3], default[:, :3], atol=2e-6)
   assert np.abs(windows[:, 3:] - default[:, 3:]).max(axis=(0, 2)).min() > 1e-3
