@@ -50,12 +50,9 @@ class AnalysisError(errors.UserError):
 
 # ----------------------------------------------------------------------------- forward passes
 def has_attention(model_config) -> bool:
-  """True for the models whose `apply(return_attention=True)` returns weights over the
-  sentence (not an LSTMN whose `tape_slots` keep its tape as a ring)."""
-  score = scores.get(model_config.score)
-  if model_config.score == "lstmn" and model_config.get("tape_slots", 0):
-    return False
-  return score.attend is not None or score.feeds_recurrence
+  """True for the models whose attention can be drawn over a sentence
+  (`models.has_sentence_attention`)."""
+  return models.has_sentence_attention(model_config)
 
 
 def slot_labels(model_config, inputs: Sequence[str]) -> list[str]:

@@ -9,6 +9,7 @@ from attnlm_jax.models.lm import count_params
 from attnlm_jax.models.lm import DecodeState
 from attnlm_jax.models.lm import default_config
 from attnlm_jax.models.lm import has_output_layer
+from attnlm_jax.models.lm import has_sentence_attention
 from attnlm_jax.models.lm import HEAD
 from attnlm_jax.models.lm import HIDDEN_STATES
 from attnlm_jax.models.lm import init
@@ -23,5 +24,5 @@ from attnlm_jax.models.lm import validate
 
 __all__ = ["ATTENTION_FORMS", "COMPUTE_DTYPES", "DecodeState", "HEAD", "HIDDEN_STATES",
            "SCORE_FUNCTIONS", "STATS", "apply", "apply_window", "count_params",
-           "default_config", "has_output_layer", "init", "init_state", "init_stream_state",
-           "step", "trainable", "uses_batch_statistics", "validate"]
+           "default_config", "has_output_layer", "has_sentence_attention", "init", "init_state",
+           "init_stream_state", "step", "trainable", "uses_batch_statistics", "validate"]

@@ -249,6 +249,15 @@ def _dropout(rng, config, rows: jax.Array, num_steps: int, embed_size: int) -> _
                   jnp.swapaxes(output, 0, 1))
 
 
+def has_sentence_attention(config) -> bool:
+  """Whether `apply(return_attention=True)` returns weights over the sentence's slots: every
+  score with attention, except an LSTMN whose `tape_slots` keep its tape as a ring."""
+  if config.score == "lstmn" and config.get("tape_slots", 0):
+    return False
+  score = scores.get(config.score)
+  return score.attend is not None or score.feeds_recurrence
+
+
 def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train: bool = False,
           rng: Optional[jax.Array] = None, return_attention: bool = False,
           mutable: bool = False, tags: Optional[jax.Array] = None,
@@ -275,13 +284,12 @@ def apply(params: dict, config, tokens: jax.Array, lengths: jax.Array, *, train:
   `config.attention_form` picks the form for the output-layer scores; the scores that feed the
   recurrence (`scores.RECURRENT_SCORES`) always use the scan form, whatever it says.
   """
-  score = scores.get(config.score)
-  if return_attention and score.attend is None and not score.feeds_recurrence:
-    raise ConfigError(f"score {config.score!r} has no attention weights to return")
-  if return_attention and config.score == "lstmn" and config.get("tape_slots", 0):
-    raise ConfigError(f"config.model.tape_slots = {config.tape_slots} keeps the LSTMN's tape as "
-                      "a ring, whose slots are not the sentence's positions: its weights cannot "
-                      "be drawn over the sentence (a tape of 0 slots holds the whole sentence)")
+  if return_attention and not has_sentence_attention(config):
+    raise ConfigError(
+        f"config.model.tape_slots = {config.tape_slots} keeps the LSTMN's tape as a ring, whose "
+        "slots are not the sentence's positions: its weights cannot be drawn over the sentence "
+        "(a tape of 0 slots holds the whole sentence)" if config.get("tape_slots", 0)
+        else f"score {config.score!r} has no attention weights to return")
   logits, weights, updates, _, states = _forward(params, config, tokens, lengths, None,
                                                  train=train, rng=rng,
                                                  need_weights=return_attention, tags=tags,

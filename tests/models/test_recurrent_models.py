@@ -171,6 +171,7 @@ def test_a_short_tape_refuses_to_return_its_ring_as_attention():
   assert not analysis.has_attention(config)
   assert analysis.has_attention(tiny_config("lstmn"))
   assert analysis.has_attention(tiny_config("das_lstmn", tape_slots=3))  # the DAS weights
+  assert not analysis.has_attention(tiny_config("none"))
 
 
 def test_score_functions_match_their_equations():
