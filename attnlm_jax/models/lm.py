@@ -479,26 +479,32 @@ def _write_memory(params, config, score, memory, h, valid):
   return memory_lib.write(memory, h, valid, key)
 
 
-def _read_recurrent(params, config, score, carry: DecodeState, embedded, gates_x, valid):
+def _read_recurrent(params, config, score, carry: DecodeState, embedded, gates_x, valid,
+                    das_inputs=None):
   """The attention feeding the recurrence, before the layers run (`recurrent.py`).
 
-  das: writes m_t into the input buffer, reads m'_t with the query h_{t-1} (the last layer's
-  previous output) and adds m'_t W_x[D:] to the first layer's gates. lstmn: reads (~h_t, ~c_t)
-  from the tapes with x_t = m_t (the input, without das's m'_t: Cao & Yu sec. 3.3) as the
-  first layer's previous state.
+  das: writes m_t into the input buffer (or, in a scan, takes the buffer at this step from
+  `das_inputs` = (`recurrent.das_sequence`, the index of m_t in it, the buffer's capacity)),
+  reads m'_t with the query h_{t-1} (the last layer's previous output) and adds m'_t W_x[D:]
+  to the first layer's gates. lstmn: reads (~h_t, ~c_t) from the tapes with x_t = m_t (the
+  input, without das's m'_t: Cao & Yu sec. 3.3) as the first layer's previous state.
   Returns (first-layer gates, first-layer previous state, carry with the new input buffer,
   weights [B, L] or None).
   """
   cdt = _compute_dtype(config)
   previous, weights = carry.lstm[0], None
   if "das" in score.recurrence:
-    inputs = recurrent.write_inputs(params["recurrent"]["das"], carry.inputs, embedded, valid,
-                                    cdt)
-    context, stream_weights = recurrent.das_read(params["recurrent"]["das"], inputs,
-                                                 carry.lstm[-1].h, cdt)
+    das_params, query = params["recurrent"]["das"], carry.lstm[-1].h
+    if das_inputs is None:
+      inputs = recurrent.write_inputs(das_params, carry.inputs, embedded, valid, cdt)
+      context, stream_weights = recurrent.das_read(das_params, inputs, query, cdt)
+      carry = carry._replace(inputs=inputs)
+    else:
+      sequence, last, capacity = das_inputs
+      context, stream_weights = recurrent.das_read_at(das_params, sequence, last, capacity,
+                                                      query, cdt)
     gates_x = gates_x + nn.dot(context, params["lstm"][0]["w_x"][embedded.shape[-1]:], cdt)
     weights = stream_weights["words"][:, 1:]                    # slot 0 of the buffer is unused
-    carry = carry._replace(inputs=inputs)
   if "lstmn" in score.recurrence:
     previous, tape_weights = recurrent.lstmn_read(params["recurrent"]["lstmn"], carry.tapes,
                                                   embedded, cdt)
@@ -506,13 +512,14 @@ def _read_recurrent(params, config, score, carry: DecodeState, embedded, gates_x
   return gates_x, previous, carry, weights
 
 
-def _time_step(params, config, score, carry: DecodeState, inputs):
+def _time_step(params, config, score, carry: DecodeState, inputs, das_inputs=None):
   """One time step of the scan form: the attention feeding the recurrence (if any), all
   layers, then read the memory, then write h_t (and the LSTMN tapes).
 
   inputs: (the input m_t after dropout [B, D] (used only by the scores that feed the
   recurrence, else None), gates of the first layer's input [B, 4H], valid [B], dropout
   multipliers of this step (between [num_layers - 1, B, H], output [B, H]) or None).
+  das_inputs: the DAS buffer of a whole scan (`_read_recurrent`); None: the carried one.
   Returns the new carry and (query h_t after dropout, context c_t, weights a_t).
   """
   cdt = _compute_dtype(config)
@@ -520,7 +527,7 @@ def _time_step(params, config, score, carry: DecodeState, inputs):
   previous, weights = carry.lstm[0], None
   if score.feeds_recurrence:
     gates_x, previous, carry, weights = _read_recurrent(params, config, score, carry, embedded,
-                                                        gates_x, valid)
+                                                        gates_x, valid, das_inputs)
   states = []
   for depth, layer in enumerate(params["lstm"]):
     if depth > 0:
@@ -543,7 +550,8 @@ def _time_step(params, config, score, carry: DecodeState, inputs):
 
 def _scan(params, config, score, embedded, lengths, drop, state, need_weights: bool):
   """The reference form: one scan over time carrying the LSTM states and the buffers (from
-  `state`, or from zero states and buffers as long as the sequence).
+  `state`, or from zero states and buffers as long as the sequence); the DAS buffer, which
+  holds inputs, is cut for each step from the window's inputs (`recurrent.das_sequence`).
   Returns (query, context, weights, the state after the sequence or None)."""
   del need_weights
   num_steps, batch_size, _ = embedded.shape
@@ -553,12 +561,24 @@ def _scan(params, config, score, embedded, lengths, drop, state, need_weights: b
   carry = (_initial_state(params, config, score, batch_size, capacity=num_steps)
            if state is None else _with_keys(params, config, score, state))
   step_inputs = (embedded if score.feeds_recurrence else None, gates_x, valid, step_drop)
+  das, first, capacity = None, 0, 0
+  if "das" in score.recurrence:        # the DAS buffer holds inputs: all known before the scan
+    capacity = carry.inputs.states.shape[1]
+    das, first = recurrent.das_sequence(params["recurrent"]["das"], carry.inputs, embedded,
+                                        valid, fresh=state is None,
+                                        compute_dtype=_compute_dtype(config))
+    carry = carry._replace(inputs=None)
 
   def body(carry, inputs):
-    return _time_step(params, config, score, carry, inputs)
+    last, inputs = inputs
+    return _time_step(params, config, score, carry, inputs,
+                      None if das is None else (das, last, capacity))
 
-  carry, (query, context, weights) = jax.lax.scan(body, carry, step_inputs,
-                                                  unroll=config.unroll)
+  carry, (query, context, weights) = jax.lax.scan(
+      body, carry, (first + jnp.arange(num_steps), step_inputs), unroll=config.unroll)
+  if das is not None:
+    carry = carry._replace(inputs=memory_lib.window_tail(das.states, das.mask, capacity,
+                                                         das.keys))
   batch_major = lambda x: None if x is None else jnp.swapaxes(x, 0, 1)
   return (batch_major(query), batch_major(context), batch_major(weights),
           None if state is None else carry)

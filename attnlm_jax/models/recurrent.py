@@ -1,7 +1,10 @@
 """Attention that feeds the recurrence: the DAS LM and the LSTMN, one LSTM step at a time.
 
-Both read buffers carried through the time scan (`memory.Memory`), so they run inside the
-scan step (`models._time_step`) and have no parallel form.
+Both read buffers (`memory.Memory`) inside the time scan's step (`models._time_step`): their
+queries depend on the step before, so they have no parallel form. The LSTMN's tapes are
+carried through the scan; the DAS buffer holds inputs, known before it, so a scan cuts each
+step's buffer from the window's whole sequence of inputs (`das_sequence`, `das_buffer_at`)
+and `models.step` carries it as a ring.
 
 DAS LM (Cao & Yu, "Deep Attentive Structured Language Model based on LSTM", eqs. 5-8):
 
@@ -23,6 +26,7 @@ than O(L H^2). The buffers, POS inputs and DAS-LSTMN: docs/models.md, "The DAS L
 LSTMN".
 """
 
+import functools
 from typing import NamedTuple, Optional
 
 import jax
@@ -178,6 +182,50 @@ def with_keys(params: dict, inputs: Optional[memory_lib.Memory], tapes: Optional
     keys = lstmn_key(params["lstmn"], tapes.h.states, compute_dtype)
     tapes = tapes._replace(h=tapes.h._replace(keys=keys))
   return inputs, tapes
+
+
+def das_sequence(params: dict, buffer: memory_lib.Memory, embedded: jax.Array,
+                 valid: jax.Array, fresh: bool,
+                 compute_dtype=jnp.float32) -> tuple[memory_lib.Memory, int]:
+  """Every slot of the DAS buffer that a window's steps read, known before its scan (the buffer
+  holds inputs, not states): [the carried buffer, oldest first; m_1 .. m_T] with their keys,
+  or [slot 0; m_1 .. m_T] for a `fresh` buffer, which holds nothing yet.
+
+  buffer: the DAS buffer before the window, with keys (`with_keys`); embedded [T, B, D];
+  valid [T, B]. Returns (the sequence, the index of m_1 in it).
+  """
+  before = (memory_lib.Memory(buffer.states[:, :1], buffer.mask[:, :1], buffer.written,
+                              buffer.keys[:, :1])
+            if fresh else memory_lib.chronological(buffer))
+  window = jnp.swapaxes(embedded, 0, 1)                                        # [B, T, D]
+  join = lambda a, b: jnp.concatenate([a, b], axis=1)
+  sequence = memory_lib.Memory(join(before.states, window), join(before.mask, valid.T),
+                               jnp.zeros((), jnp.int32),
+                               join(before.keys, das_keys(params, window, compute_dtype)))
+  return sequence, before.states.shape[1]
+
+
+def das_buffer_at(sequence: memory_lib.Memory, last: jax.Array,
+                  capacity: int) -> memory_lib.Memory:
+  """The DAS buffer of `capacity` slots once the input at index `last` of `das_sequence` is
+  written: the last capacity - 1 inputs up to it, oldest first, behind one masked slot (the
+  slots of `write_inputs`'s ring, in time order)."""
+  start = jnp.clip(last - (capacity - 1), 0, sequence.states.shape[1] - capacity)
+  take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, capacity, axis=1)
+  index = start + jnp.arange(capacity)
+  recent = (index <= last) & (index > last - (capacity - 1))
+  return memory_lib.Memory(take(sequence.states), take(sequence.mask) & recent[None],
+                           sequence.written, take(sequence.keys))
+
+
+@functools.partial(jax.checkpoint, static_argnums=(3, 5))
+def das_read_at(params: dict, sequence: memory_lib.Memory, last: jax.Array, capacity: int,
+                h_prev: jax.Array, compute_dtype=jnp.float32) -> tuple[jax.Array, dict]:
+  """`das_read` over `das_buffer_at(sequence, last, capacity)`, recomputed in the backward
+  pass: a scan then keeps one sequence of inputs for every step, where saving each step's
+  buffer and [B, L, A] `tanh` made a `das` training step a third slower
+  (docs/models.md, "Fast paths")."""
+  return das_read(params, das_buffer_at(sequence, last, capacity), h_prev, compute_dtype)
 
 
 def write_inputs(params: dict, inputs: memory_lib.Memory, embedded: jax.Array,

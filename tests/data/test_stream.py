@@ -1,6 +1,7 @@
 """The stream protocol: stream rows and windows, carried state, causality across windows."""
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
@@ -9,6 +10,8 @@ from attnlm_jax.common.errors import ConfigError
 from attnlm_jax import data as data_lib
 from attnlm_jax.data import batching
 from attnlm_jax import models
+from attnlm_jax.models import lm
+from attnlm_jax.models import scores
 from attnlm_jax.training import parallel
 from attnlm_jax.training import steps
 
@@ -101,6 +104,41 @@ def test_two_windows_equal_step_token_by_token(score, form):
   # The carried state matters: the second window alone, from a fresh state, differs.
   fresh = models.apply(params, config, tokens[:, WINDOW:], lengths_2)
   assert np.abs(fresh - windows[:, WINDOW:])[valid[:, WINDOW:]].max() > 1e-3
+
+
+@pytest.mark.parametrize("score", ["das", "das_lstmn"])
+def test_a_windows_gradients_equal_those_of_step_token_by_token(score):
+  """A scan cuts each step's DAS buffer from the window's whole sequence of inputs and
+  recomputes its reads in the backward pass; `step` writes the ring token by token: the same
+  function of the parameters from a carried state (whose keys each recomputes), gradients
+  included."""
+  config, params = _model(score, "scan")
+  tokens, full = _tokens(), np.full(ROWS, WINDOW, np.int32)
+  state = models.init_stream_state(params, config, ROWS)
+  _, state, _ = models.apply_window(params, config, tokens[:, :WINDOW], full, state)
+  targets = jnp.asarray(_tokens(seed=1)[:, :WINDOW])
+  log_prob = lambda logits, t: jnp.sum(jnp.take_along_axis(
+      jax.nn.log_softmax(logits), targets[:, t, None], axis=-1))
+
+  def window(params):
+    logits, _, _ = models.apply_window(params, config, tokens[:, WINDOW:], full, state)
+    return sum(log_prob(logits[:, t], t) for t in range(WINDOW))
+
+  def stepped(params):
+    carried = lm._with_keys(params, config, scores.get(score), state)
+    total = 0.0
+    for t in range(WINDOW):
+      logits, carried = models.step(params, config, carried, tokens[:, WINDOW + t])
+      total += log_prob(logits, t)
+    return total
+
+  (got, got_grads), (want, want_grads) = (jax.value_and_grad(f)(params)
+                                          for f in (window, stepped))
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  for (path, got_leaf), want_leaf in zip(jax.tree_util.tree_leaves_with_path(got_grads),
+                                         jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(got_leaf, want_leaf, atol=1e-5,
+                               err_msg=jax.tree_util.keystr(path))
 
 
 @pytest.mark.parametrize("score", ["lstmn", "das_lstmn"])
