@@ -1,4 +1,5 @@
-"""Training tokens/s of each run of run.sh (the loop's own metrics.jsonl, each log of 10
+"""Training tokens/s of each run of run.sh (`compare.py METRICS_DIR [BEFORE AFTER [MODEL ...]]`;
+by default b4639a3 against 2d341c3 for lstmn, das and das_lstmn) (the loop's own metrics.jsonl, each log of 10
 steps from step 30 on: compiling and warm-up excluded) and the speed-up per model. Both runs
 of a model train the same batches in the same order (same seed), so each 10-step interval
 that both reached is compared with itself: the paired ratios' median and range."""
@@ -8,7 +9,7 @@ import pathlib
 import statistics
 import sys
 
-OLD, NEW = "b4639a3", "2d341c3"
+DEFAULT_COMMITS, DEFAULT_MODELS = ("b4639a3", "2d341c3"), ("lstmn", "das", "das_lstmn")
 
 
 def rates(log: pathlib.Path) -> dict[int, float]:
@@ -18,15 +19,16 @@ def rates(log: pathlib.Path) -> dict[int, float]:
           if "tokens_per_second" in r and r["step"] >= 30}
 
 
-def main(out: pathlib.Path) -> None:
+def main(out: pathlib.Path, commits=DEFAULT_COMMITS, models=DEFAULT_MODELS) -> None:
   cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
              if line.startswith("model name"))
   print(f"cpu: {cpu}")
-  print("| model | before (b4639a3) tokens/s | after (2d341c3) tokens/s "
+  before, after = commits
+  print(f"| model | before ({before}) tokens/s | after ({after}) tokens/s "
         "| after / before, same intervals: median (range, intervals) |")
   print("| --- | ---: | ---: | ---: |")
-  for model in ("lstmn", "das", "das_lstmn"):
-    old, new = (rates(out / f"{model}_{commit}.jsonl") for commit in (OLD, NEW))
+  for model in models:
+    old, new = (rates(out / f"{model}_{commit}.jsonl") for commit in commits)
     paired = [new[step] / old[step] for step in sorted(old.keys() & new.keys())]
     print(f"| {model} | {statistics.median(old.values()):,.1f} "
           f"| {statistics.median(new.values()):,.1f} | {statistics.median(paired):.2f} "
@@ -34,4 +36,5 @@ def main(out: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-  main(pathlib.Path(sys.argv[1]))
+  args = sys.argv[1:]
+  main(pathlib.Path(args[0]), tuple(args[1:3]) or DEFAULT_COMMITS, tuple(args[3:]) or DEFAULT_MODELS)
