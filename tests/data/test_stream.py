@@ -106,12 +106,12 @@ def test_two_windows_equal_step_token_by_token(score, form):
   assert np.abs(fresh - windows[:, WINDOW:])[valid[:, WINDOW:]].max() > 1e-3
 
 
-@pytest.mark.parametrize("score", ["das", "das_lstmn"])
-def test_a_windows_gradients_equal_those_of_step_token_by_token(score):
+def test_a_windows_gradients_equal_those_of_step_token_by_token():
   """A scan cuts each step's DAS buffer from the window's whole sequence of inputs and
   recomputes its reads in the backward pass; `step` writes the ring token by token: the same
   function of the parameters from a carried state (whose keys each recomputes), gradients
-  included."""
+  included. DAS-LSTMN: the DAS buffer and the LSTMN tapes at once."""
+  score = "das_lstmn"
   config, params = _model(score, "scan")
   tokens, full = _tokens(), np.full(ROWS, WINDOW, np.int32)
   state = models.init_stream_state(params, config, ROWS)
