@@ -7,6 +7,12 @@ for slots in 2 8; do
   cp $HOME/attnlm_runs/das_probes/lstmn_tape$slots/{config.json,metrics.jsonl} \
     docs/results/das/probes/lstmn_tape/tape$slots/
 done
+# The tape as the sentence so far (one sentence per row), three epochs:
+python -m attnlm_jax.main --mode=train --config=configs/das.py:model=lstmn \
+  --config.data.span=sentence --config.data.bucket=true --config.train.num_epochs=3 \
+  --workdir=$HOME/attnlm_runs/das_probes/lstmn_sentence
+cp $HOME/attnlm_runs/das_probes/lstmn_sentence/{config.json,metrics.jsonl} \
+  docs/results/das/probes/lstmn_tape/sentence/
 # The trained `lstmn` row's attention, one valid sentence at a time:
 PYTHONPATH=. python docs/results/das/probes/lstmn_tape/attention.py \
   $HOME/attnlm_runs/das/lstmn > docs/results/das/probes/lstmn_tape/attention.json

@@ -8,7 +8,10 @@ import json
 RUNS = {"`lstm` (no tape)": "../../lstm/metrics.jsonl",
         "`lstmn`, 35 slots (the row)": "../../lstmn/metrics.jsonl",
         "`lstmn`, 8 slots": "tape8/metrics.jsonl",
-        "`lstmn`, 2 slots": "tape2/metrics.jsonl"}
+        "`lstmn`, 2 slots": "tape2/metrics.jsonl",
+        "`lstm`, one sentence per row (`das_recipe`'s `sentence_untied`)":
+            "../../../das_recipe/sentence_untied/metrics.jsonl",
+        "`lstmn`, one sentence per row (tape: the sentence so far)": "sentence/metrics.jsonl"}
 
 
 def valid_by_epoch(path):
