@@ -7,7 +7,7 @@ for slots in 2 8; do
   cp $HOME/attnlm_runs/das_probes/lstmn_tape$slots/{config.json,metrics.jsonl} \
     docs/results/das/probes/lstmn_tape/tape$slots/
 done
-# The tape as the sentence so far (one sentence per row), three epochs:
+# The tape as the sentence so far (one sentence per row), three epochs (run at ea73291):
 python -m attnlm_jax.main --mode=train --config=configs/das.py:model=lstmn \
   --config.data.span=sentence --config.data.bucket=true --config.train.num_epochs=3 \
   --workdir=$HOME/attnlm_runs/das_probes/lstmn_sentence
