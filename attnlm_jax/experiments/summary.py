@@ -47,35 +47,69 @@ def _cell(value: Optional[float]) -> str:
   return markdown.format_number(value)
 
 
-def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[str]]:
-  """One line per row of a table: its test perplexity under both rules, the printed test
-  number, the difference and the verdict (over every seed of the row); `link` is the path
-  from the page to the table's folder `committed` (a row's name links to its folder there)."""
-  percents = {}  # row -> each finished seed's test difference to its printed number, %
+def _seed_percents(table: dict) -> dict[str, list[float]]:
+  """Each row's finished seeds' test differences to its printed number, %, by `base_row`."""
+  percents = {}
   for row in table["rows"]:
     test = (row.get("differences") or {}).get("test")
     if row["status"] == row_status.FINISHED and test:
       percents.setdefault(tables.base_row(row["name"]), []).append(test["percent"])
-  lines = []
+  return percents
+
+
+def _judged(row: dict, percents: dict[str, list[float]]) -> str:
+  """A row's last cell: its status until it finishes, then the verdict over every seed of it
+  (`printed.verdict`), the tagger's accuracy, or that no printed number compares."""
+  if row["status"] != row_status.FINISHED:
+    return row["status"]
+  if row.get("paper"):
+    return printed.verdict(percents.get(tables.base_row(row["name"]), []))
+  if row.get("test_accuracy") is not None:  # The POS tagger: no perplexity.
+    return f"tagging accuracy {100 * row['test_accuracy']:.1f}%"
+  return "no printed row"
+
+
+def _line(table: dict, runs: Sequence[dict], link: str, committed: pathlib.Path,
+          judged: str) -> list[str]:
+  """The cells of one row's line, from `runs`: the row itself, or its finished seeds (each
+  number cell then lists theirs, in table order)."""
+  name = runs[0]["name"] if len(runs) == 1 else tables.base_row(runs[0]["name"])
+  paper = runs[0].get("paper")
+
+  def per_run(cell) -> str:
+    return ", ".join(cell(run) for run in runs)
+
+  return [f"[{table['table']}]({link}/README.md)",
+          f"[{name}]({link}/{name}/)" if (committed / name).is_dir() else name,
+          per_run(lambda run: markdown.standard_perplexity(run, run.get("test_perplexity"))),
+          per_run(lambda run: _cell(run.get("test_perplexity_paper_convention"))),
+          f"{_cell(paper['test'])} ({_rule(paper['convention'])})" if paper else "-",
+          per_run(lambda run: table_page.difference_cell(
+              (run.get("differences") or {}).get("test"))) if paper else "-",
+          judged]
+
+
+def results_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[str]]:
+  """One line per row of a table (its page): its test perplexity under both rules, the
+  printed test number, the difference and the verdict (over every seed of the row); `link` is
+  the path from the page to the table's folder `committed` (a row's name links to its folder
+  there)."""
+  percents = _seed_percents(table)
+  return [_line(table, [row], link, committed, _judged(row, percents))
+          for row in table["rows"]]
+
+
+def finished_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[str]]:
+  """One line per row with a finished seed (the README), its seed rows folded into it: the
+  numbers of every finished seed side by side, and the verdict over them. Rows still training
+  are left to the table's page."""
+  percents = _seed_percents(table)
+  seeds = {}  # base row -> its finished seeds, in table order
   for row in table["rows"]:
-    paper = row.get("paper")
-    if row["status"] != row_status.FINISHED:
-      judged = row["status"]
-    elif paper:
-      judged = printed.verdict(percents.get(tables.base_row(row["name"]), []))
-    elif row.get("test_accuracy") is not None:  # The POS tagger: no perplexity.
-      judged = f"tagging accuracy {100 * row['test_accuracy']:.1f}%"
-    else:
-      judged = "no printed row"
-    name = (f"[{row['name']}]({link}/{row['name']}/)" if (committed / row["name"]).is_dir()
-            else row["name"])
-    lines.append([f"[{table['table']}]({link}/README.md)", name,
-                  markdown.standard_perplexity(row, row.get("test_perplexity")),
-                  _cell(row.get("test_perplexity_paper_convention")),
-                  f"{_cell(paper['test'])} ({_rule(paper['convention'])})" if paper else "-",
-                  table_page.difference_cell((row.get("differences") or {}).get("test")),
-                  judged])
-  return lines
+    if row["status"] == row_status.FINISHED:
+      seeds.setdefault(tables.base_row(row["name"]), []).append(row)
+  return [_line(table, runs, link, committed, _judged(runs[0], percents))
+          for runs in seeds.values()]
 
 
 def _rule(convention: str) -> str:
@@ -90,16 +124,14 @@ RESULTS_HEADERS = ("table", "row", "test", "test, released rule", "printed test"
 
 def results_table(repository: pathlib.Path, prefix: str = RESULTS_DIR,
                   only: Optional[str] = None) -> str:
-  """The results table of every committed table, its rows that have started (the README), or
-  of every row of table `only` (its page); links relative to `prefix` (the path from the page
-  to docs/results)."""
+  """The results table of every committed table, its finished rows with their seeds folded
+  in (the README), or of every row of table `only` (its page); links relative to `prefix` (the
+  path from the page to docs/results)."""
   lines = []
   for table in _tables(repository):
     if only is None:
-      started = {**table, "rows": [row for row in table["rows"]
-                                   if row["status"] != row_status.NOT_STARTED]}
-      lines += results_rows(started, f"{prefix}/{table['table']}",
-                            repository / RESULTS_DIR / table["table"])
+      lines += finished_rows(table, f"{prefix}/{table['table']}",
+                             repository / RESULTS_DIR / table["table"])
     elif only == table["table"]:
       lines += results_rows(table, ".", repository / RESULTS_DIR / table["table"])
   return markdown.markdown_table(RESULTS_HEADERS, lines)

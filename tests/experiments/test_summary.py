@@ -11,6 +11,7 @@ from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import summary
 from attnlm_jax.experiments import table_page
+from attnlm_jax.experiments import tables
 import tiny_config
 
 
@@ -22,19 +23,36 @@ def test_every_readme_table_is_what_the_committed_results_files_give():
                      "attnlm_jax.experiments.summary")
 
 
-def test_the_readme_results_table_has_a_line_for_every_started_row_and_the_page_for_all():
-  """The README lists each committed table's rows that have run or are running; the table's
-  own page lists every row, those not started too."""
+def test_the_readme_results_table_has_a_line_for_every_finished_row_and_the_page_for_all():
+  """The README lists each committed table's rows with a finished seed, once each under the
+  row its seeds repeat; the table's own page lists every row, running and not started too."""
   readme = (tiny_config.REPO / "README.md").read_text()
   block = readme.split("<!-- BEGIN results_table -->", 1)[1].split("<!-- END", 1)[0]
   for path in sorted(tiny_config.COMMITTED_RESULTS.glob("*/results.json")):
     table = json.loads(path.read_text())
     page = (path.parent / "README.md").read_text()
+    line = f"| [{table['table']}](docs/results/{table['table']}/README.md) | "
+    finished = {tables.base_row(row["name"]) for row in table["rows"]
+                if row["status"] == row_status.FINISHED}
     for row in table["rows"]:
-      line = f"| [{table['table']}](docs/results/{table['table']}/README.md) | "
-      listed = f"{line}[{row['name']}](" in block or f"{line}{row['name']} | " in block
-      assert listed == (row["status"] != row_status.NOT_STARTED), row["name"]
+      listed = block.count(f"{line}[{row['name']}](") + block.count(f"{line}{row['name']} | ")
+      assert listed == (row["name"] in finished), row["name"]
       assert f"[{row['name']}](" in page or f" | {row['name']} | " in page, row["name"]
+
+
+def test_the_readme_folds_a_rows_seeds_into_one_line_and_leaves_out_rows_in_training(
+    tmp_path):
+  (tmp_path / "single").mkdir()
+  lines = summary.finished_rows(_table([
+      _row("single", "finished", 5.0, test=94.0), _row("none", "finished", None, test=87.0),
+      _row("single_seed1", "finished", 1.0, test=91.0),
+      _row("single_seed2", "running: epoch 3 of 22"), _row("proj", "running: epoch 1 of 22"),
+      _row("combined_seed1", "finished", -3.0, test=68.0)]), ".", tmp_path)
+  assert [line[1:4] for line in lines] == [["[single](./single/)", "94.0, 91.0", "74.0, 71.0"],
+                                           ["none", "87.0", "67.0"],
+                                           ["combined_seed1", "68.0", "48.0"]]
+  assert lines[0][5:] == ["+3.5 (+5.0%), +0.7 (+1.0%)", "seeds disagree (2 seeds)"]
+  assert lines[2][5:] == ["-2.1 (-3.0%)", "lower, 1 seed"]
 
 
 @pytest.mark.parametrize("percents,expected", [
