@@ -15,10 +15,7 @@ from typing import Mapping, Optional, Sequence
 from etils import epath
 import jax
 import jax.numpy as jnp
-import matplotlib
 import ml_collections
-from matplotlib import figure as figure_lib
-from matplotlib import ticker
 import numpy as np
 
 from attnlm_jax.common import errors
@@ -41,7 +38,6 @@ ZERO_SLOT_LABEL = "h0=0"
 # `forward` call have the same power-of-two width and rows, so each compiles once per model.
 CHUNK_TOKENS = 2048
 MIN_WIDTH = 16
-_HEATMAP_COLORS = matplotlib.colormaps["Blues"].with_extremes(bad="white")  # masked: blank
 
 
 class AnalysisError(errors.UserError):
@@ -192,15 +188,17 @@ def plot_attention(attentions: Mapping[str, Sequence[SentenceAttention]], path
   labels = list(attentions)
   num_sentences = len(attentions[labels[0]])
   size = max(len(a.slots) for a in attentions[labels[0]])
-  fig = figure_lib.Figure(figsize=((0.3 * size + 1.5) * len(labels) + 1,
-                                   (0.3 * size + 1.5) * num_sentences), layout="constrained")
+  fig = figures.new_figure(figsize=((0.3 * size + 1.5) * len(labels) + 1,
+                                  (0.3 * size + 1.5) * num_sentences), layout="constrained")
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  colors = matplotlib.colormaps["Blues"].with_extremes(bad="white")  # masked slots: blank
   axes = fig.subplots(num_sentences, len(labels), squeeze=False)
   drawn, image = [], None
   for row in range(num_sentences):
     drawn.append([])
     for col, label in enumerate(labels):
       att, ax = attentions[label][row], axes[row, col]
-      image = ax.imshow(np.ma.masked_invalid(att.weights), cmap=_HEATMAP_COLORS, vmin=0.0,
+      image = ax.imshow(np.ma.masked_invalid(att.weights), cmap=colors, vmin=0.0,
                         vmax=1.0, interpolation="nearest", aspect="equal")
       ax.set_xticks(range(len(att.slots)), att.slots, rotation=90, fontsize=8)
       ax.set_yticks(range(len(att.predicted)), att.predicted, fontsize=8)
@@ -297,7 +295,7 @@ def smoothing_effect(model: evaluate.TrainedModel, split: str = "valid",
 def plot_entropy(effects: Mapping[str, dict], path) -> None:
   """Entropy of the attention by position (solid) against the uniform's ln n (dashed),
   and the entropy ratio H / ln n, one colour per model; saves a PNG."""
-  fig = figure_lib.Figure(figsize=(11, 4))
+  fig = figures.new_figure(figsize=(11, 4))
   ax_entropy, ax_ratio = fig.subplots(1, 2)
   for index, (label, effect) in enumerate(effects.items()):
     color = f"C{index}"
@@ -419,7 +417,8 @@ def format_probe_table(summaries: Mapping[str, dict], key: str = "by_distance") 
 def plot_probe(summaries: Mapping[str, dict], path) -> None:
   """Agreement accuracy by distance and by number of attractors, one line per model, with
   chance (0.5) marked; saves a PNG."""
-  fig = figure_lib.Figure(figsize=(11, 4))
+  fig = figures.new_figure(figsize=(11, 4))
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   for ax, key, xlabel in zip(fig.subplots(1, 2), ("by_distance", "by_attractors"),
                              ("words between subject head and verb", "attractors")):
     for index, (label, summary) in enumerate(summaries.items()):
@@ -450,7 +449,7 @@ def plot_surprisal(surprisals: Mapping[str, dict], path) -> None:
   labels = list(surprisals)
   tokens = surprisals[labels[0]]["tokens"]
   width = 0.8 / len(labels)
-  fig = figure_lib.Figure(figsize=(0.5 * len(tokens) + 2, 3.5))
+  fig = figures.new_figure(figsize=(0.5 * len(tokens) + 2, 3.5))
   ax = fig.subplots()
   for index, label in enumerate(labels):
     ax.bar(np.arange(len(tokens)) + (index - (len(labels) - 1) / 2) * width,

@@ -14,7 +14,6 @@ from typing import Optional, Sequence
 
 from etils import epath
 import numpy as np
-import scipy.special
 
 from attnlm_jax.common.errors import UserError
 from attnlm_jax.data import vocab as vocab_lib
@@ -32,7 +31,7 @@ def mixture_log_probs(log_probs: np.ndarray, weights: np.ndarray) -> np.ndarray:
   """log sum_k lambda_k p_k(t) [N] from member log-probs [K, N] and weights [K]."""
   with np.errstate(divide="ignore"):
     log_weights = np.log(np.asarray(weights, np.float64))
-  return scipy.special.logsumexp(log_weights[:, None] + log_probs, axis=0)
+  return np.logaddexp.reduce(log_weights[:, None] + log_probs, axis=0)
 
 
 def fit_weights(log_probs: np.ndarray, max_iterations: int = 500,

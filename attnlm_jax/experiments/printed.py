@@ -9,8 +9,6 @@ say. `paper_differences` compares a run under the paper's rule (the standard one
 import dataclasses
 from typing import Optional, Sequence
 
-from matplotlib import figure as figure_lib
-
 from attnlm_jax.common import figures
 from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import runs
@@ -161,7 +159,7 @@ def format_table(rows: Sequence[dict]) -> str:
 
 def plot_comparison(rows: Sequence[dict], path) -> None:
   """Test perplexity per row: printed (papers), and both conventions (runs); saves a PNG."""
-  fig = figure_lib.Figure(figsize=(max(6, 0.45 * len(rows) + 2), 5), layout="constrained")
+  fig = figures.new_figure(figsize=(max(6, 0.45 * len(rows) + 2), 5), layout="constrained")
   ax = fig.subplots()
   series = (("printed_test", "paper, as printed", "C0"),
             ("test_perplexity", "run: perplexity", "C1"),

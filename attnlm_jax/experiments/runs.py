@@ -7,8 +7,6 @@ import statistics
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from etils import epath
-from matplotlib import figure as figure_lib
-from matplotlib import ticker
 
 from attnlm_jax.common import errors
 from attnlm_jax.common import figures
@@ -186,7 +184,8 @@ def plot_valid_curves(curves: dict, path, title: str) -> None:
     path: the PNG file.
     title: the figure's title.
   """
-  fig = figure_lib.Figure(figsize=(7, 4.5), layout="constrained")
+  fig = figures.new_figure(figsize=(7, 4.5), layout="constrained")
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   ax = fig.subplots()
   ax.set_yscale("log")
   ax.set(xlabel="epoch", ylabel="validation perplexity (log scale)", title=title)
