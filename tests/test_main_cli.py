@@ -35,6 +35,16 @@ def _snapshot(path) -> dict:
           for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+def test_the_command_line_starts_without_the_plotting_libraries():
+  """matplotlib loads with the first figure and SciPy not at all: about half a second of every
+  command's start (`attnlm_jax/common/figures.py`)."""
+  loaded = subprocess.run(
+      [sys.executable, "-c", "import sys, attnlm_jax.main; "
+       "print(sorted({name.split('.')[0] for name in sys.modules} & {'matplotlib', 'scipy'}))"],
+      cwd=tiny_config.REPO, capture_output=True, text=True, check=True).stdout.strip()
+  assert loaded == "[]"
+
+
 def test_the_start_record_says_where_the_run_trained(workdir):
   start = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
   assert start["event"] == "start"
