@@ -194,9 +194,18 @@ def _pair(valid, test) -> str:
 def _cells(record: dict, key: str) -> list[str]:
   """A page line under one rule (`key`): the model's and each method's valid / test."""
   found = _results_so_far(record)
-  return [record["name"], _pair(record.get(f"valid_{key}"), record.get(f"test_{key}")),
+  return [record["name"],
+          " / ".join(_model_cell(record, key, split) for split in ("valid", "test")),
           *(_pair(_valid(found[method], key), found[method][key]) if method in found
             else _missing_cell(record) for method in METHODS)]
+
+
+def _model_cell(record: dict, key: str, split: str) -> str:
+  """The row's own perplexity on `split` under rule `key` ("n/a" under the standard rule for a
+  row that never predicts a sentence's first word, `markdown.standard_perplexity`)."""
+  value = record.get(f"{split}_{key}")
+  return (markdown.standard_perplexity(record, value) if key == "perplexity"
+          else markdown.format_number(value))
 
 
 def _results_so_far(record: dict) -> dict:
@@ -206,7 +215,7 @@ def _results_so_far(record: dict) -> dict:
 
 def _missing_cell(record: dict) -> str:
   """A page cell for a method whose result the row does not have (yet)."""
-  if record.get("not_applicable"):
+  if record.get("every_token_predicted") is False:
     return "not applicable"
   if "in_progress" in record:
     passes = record["in_progress"]["passes"]
@@ -335,8 +344,9 @@ def format_markdown(page: dict) -> str:
       "`evaluating`: the row's searches stopped part-way or still running in another "
       "process, its passes of dynamic evaluation over valid or test made so far counted "
       "(each method's result is shown once made); `not applicable`: a row trained without a "
-      "start symbol (the released code's rows) never predicts a sentence's first word, and "
-      "the methods need every word predicted. "
+      "start symbol (the released code's rows) never predicts a sentence's first word (so its "
+      "own perplexity reads n/a under the standard rule), and the methods need every word "
+      "predicted. "
       "Dynamic evaluation reads a stream-protocol split as one stream (batch 1); its "
       "`model_perplexity` in testtime.json is the trained model over those same windows.",
       ""])
@@ -373,7 +383,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
     row_dir = row.directory(workdir)
     if not runner.row_config(row, workdir).data.get("start_symbol", True):
       records.append({"name": row.name, **{k: v for k, v in state.items() if k != "valid_curve"},
-                      "results": None, "not_applicable": True})
+                      "results": None, "every_token_predicted": False})
       continue
     found = _saved(row_dir, cache_size, dynamic_window, grid_extensions)
     if found is None and row.name in selected and state["status"] == row_status.FINISHED:

@@ -65,7 +65,9 @@ def test_page_of_a_table(table_dir, monkeypatch):
 
 def test_a_row_that_never_predicts_a_first_word_is_not_applicable(tmp_path, monkeypatch):
   """A finished row trained without a start symbol (the released code's rows) is listed as
-  not applicable, and the table's page is written (the methods would refuse it)."""
+  not applicable, its own perplexity as n/a under the standard rule (it leaves out the first
+  words) and as logged under the released rule, and the table's page is written (the methods
+  would refuse it)."""
   demo = tables.TABLES["demo"]
   released_rule = tables.Row("none", "demo.py:score=none",
                              {**demo.rows[0].overrides, "data.start_symbol": False})
@@ -77,7 +79,9 @@ def test_a_row_that_never_predicts_a_first_word_is_not_applicable(tmp_path, monk
   summary = testtime_page.run("demo", tmp_path)
   assert summary["evaluated"] == [] and summary["rows"] == {"none": "finished"}
   text = (tmp_path / testtime_page.PAGE_MD).read_text()
-  assert "| none | " in text and "| not applicable | not applicable | not applicable |" in text
+  every_token, released_rule = text.split("the released code's rule", 1)
+  assert "| none | n/a / n/a | not applicable | not applicable | not applicable |" in every_token
+  assert re.search(r"\| none \| \d+\.\d / \d+\.\d \| not applicable \|", released_rule)
 
 def test_a_rows_cache_over_the_output_layers_states_is_shown_beside_the_page(
     table_dir, tmp_path, monkeypatch):
