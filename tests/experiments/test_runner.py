@@ -747,3 +747,18 @@ def test_a_seed_row_is_its_row_with_another_seed_for_parameters_dropout_and_batc
     assert (seeded.pop("seed"), seeded["data"].pop("seed")) == (1, 1)
     assert (base.pop("seed"), base["data"].pop("seed")) == (0, 0)
     assert seeded == base and rows[f"{name}_seed1"].paper == rows[name].paper
+
+
+def test_rows_sharing_one_run_across_tables_resolve_to_one_config(tmp_path):
+  """The `das` rows whose run directory is a `das_recipe` row's, copied (docs/results/das):
+  the same config, so that the runner accepts the copy; the LSTMN's first run, with the
+  window's tapes, differs from the `das` row only in the tapes."""
+  config = lambda table, name: runner._as_json(runner.row_config(
+      next(row for row in tables.TABLES[table].rows if row.name == name), tmp_path))
+  for das_row, recipe_row in (("lstm", "stream_untied_plateau"),
+                              ("lstm_seed1", "stream_untied_plateau_seed1"),
+                              ("lstmn", "lstmn_tape2")):
+    assert runner.config_differences(config("das", das_row), config("das_recipe", recipe_row)) \
+        == {}, das_row
+  assert runner.config_differences(config("das", "lstmn"), config("das_recipe", "lstmn_tape35")) \
+      == {"model.tape_slots": (0, 2)}

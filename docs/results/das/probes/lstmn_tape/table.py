@@ -6,7 +6,8 @@ usage: python table.py   (from this directory)
 import json
 
 RUNS = {"`lstm` (no tape)": "../../lstm/metrics.jsonl",
-        "`lstmn`, 35 slots (the row)": "../../lstmn/metrics.jsonl",
+        "`lstmn`, 35 slots (`das_recipe`'s `lstmn_tape35`)":
+            "../../../das_recipe/lstmn_tape35/metrics.jsonl",
         "`lstmn`, 8 slots": "tape8/metrics.jsonl",
         "`lstmn`, 2 slots": "tape2/metrics.jsonl",
         "`lstm`, one sentence per row (`das_recipe`'s `sentence_untied`)":
