@@ -11,6 +11,9 @@ Dropout is off in all three.
 
 From the repository root (trains the row first unless WORKDIR holds it finished):
   python docs/results/ptb_cpu/probes/conv1x1_leak/leak_probe.py WORKDIR > leak_probe.json
+The same probe of a table's row at another size, its config and overrides with data.bucket=true
+(the 2 x 650 check, minutes on a GPU):
+  python docs/results/ptb_cpu/probes/conv1x1_leak/leak_probe.py WORKDIR salton_ptb/conv1x1
 """
 
 import json
@@ -23,6 +26,7 @@ from attnlm_jax.data import pipeline
 from attnlm_jax.evaluation import batch_statistics
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import runs
+from attnlm_jax.experiments import tables
 from attnlm_jax.training import run_config
 from attnlm_jax.training import train
 
@@ -31,7 +35,17 @@ OVERRIDES = {"data.bucket": True}
 SEED = 0  # The order of the random batches.
 
 
-def train_bucketed(workdir: str) -> None:
+def probed_config(table_row: str = "") -> tuple[str, dict]:
+  """The config file and overrides the probe trains: CONFIG and OVERRIDES, or with "TABLE/ROW"
+  that row's config and overrides, batches bucketed."""
+  if not table_row:
+    return CONFIG, OVERRIDES
+  table, _, name = table_row.partition("/")
+  row = {row.name: row for row in tables.select_rows(table, [name])}[name]
+  return f"configs/{row.config}", {**row.overrides, **OVERRIDES}
+
+
+def train_bucketed(workdir: str, config_file: str, overrides: dict) -> None:
   """Trains the row with the check against bucketed batches lifted (the others kept)."""
   check = run_config.check_training
 
@@ -41,7 +55,7 @@ def train_bucketed(workdir: str) -> None:
     check(unbucketed)
 
   run_config.check_training = check_all_but_bucketing
-  train.train_and_evaluate(config_files.load_config(CONFIG, OVERRIDES), workdir)
+  train.train_and_evaluate(config_files.load_config(config_file, overrides), workdir)
 
 
 def random_batches(data, split: str, batch_size: int):
@@ -54,13 +68,14 @@ def random_batches(data, split: str, batch_size: int):
                               int(lengths[rows].max()))
 
 
-def main(workdir: str) -> dict:
+def main(workdir: str, table_row: str = "") -> dict:
+  config, overrides = probed_config(table_row)
   if not runs.is_finished(workdir):
-    train_bucketed(workdir)
+    train_bucketed(workdir, config, overrides)
   model = evaluate.load(workdir)
   data = model.data
   batch_size = model.config.data.eval_batch_size
-  result = {"workdir_config": CONFIG, "overrides": OVERRIDES, "checkpoint_step": model.step,
+  result = {"workdir_config": config, "overrides": overrides, "checkpoint_step": model.step,
             "eval_batch_size": batch_size}
   for split in ("valid", "test"):
     bucketed = (batch for _, batch in pipeline.eval_batches(data.split(split),
@@ -74,4 +89,4 @@ def main(workdir: str) -> dict:
 
 
 if __name__ == "__main__":
-  print(json.dumps(main(sys.argv[1])))
+  print(json.dumps(main(*sys.argv[1:3])))
