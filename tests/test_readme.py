@@ -165,7 +165,7 @@ def _printed(value) -> set[float]:
 def test_the_performance_section_quotes_only_numbers_the_committed_benchmarks_printed():
   section = README.read_text().split("## Performance", 1)[1].split("\n## ", 1)[0]
   printed = set().union(*(_printed(json.loads(line))
-                          for path in tiny_config.REPO.glob("benchmarks/results/*.jsonl")
+                          for path in tiny_config.REPO.glob("benchmarks/results/**/*.jsonl")
                           for line in path.read_text().splitlines()))
   # Decimal numbers, not versions such as 0.10.2.
   quoted = {float(number.replace(",", ""))
