@@ -10,7 +10,7 @@ learns slowly in the first epochs, see docs/models.md) to stop improving: the fi
 rate for 10 epochs, then halved every epoch, 16 epochs; the best epoch by validation
 perplexity is kept. The first learning rate is the papers' 1.0, except for `conv1x1`: its
 paper prints none, and its head h_t + beta * fc(bn(c_t)) has no tanh to bound it, so at 1.0
-it diverges in the first epoch (docs/reproduce.md, "The tables"); it starts at 0.5, and
+it diverges in the first epoch (docs/reproduce.md, "conv1x1 at learning rate 1.0"); it starts at 0.5, and
 reads batches of random sentences, not bucketed by length (its batch norm, docs/models.md).
 An epoch of 658 batches takes about 4 minutes on 2 cores.
 """
