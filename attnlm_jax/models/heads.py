@@ -2,7 +2,7 @@
 
 - identity (baseline): h'_t = h_t.
 - tanh (the `proj` control): h'_t = tanh(W_h h_t + b_c), i.e. tanh(W_c [h_t; 0] + b_c).
-- merge (Salton et al. 2017 eq. 11; Salton & Kelleher 2018 eq. 11):
+- merge (Salton et al. 2017 eq. 7; Salton & Kelleher 2018 eq. 11):
   h'_t = tanh(W_c [h_t; c_t] + b_c), written as tanh(W_h h_t + W_c c_t + b_c).
 - residual_bn (the convolutional-attention LM): h'_t = h_t + beta * fc(bn(c_t)), fc an H->H
   layer and beta a vector (both Xavier-initialised, as the paper recommends).
@@ -83,17 +83,20 @@ def batch_norm(x: jax.Array, valid: jax.Array, stats: dict, train: bool,
 class Head:
   """apply(params, h, context, *, valid, stats, train, positions, compute_dtype, linear) ->
   (h', new stats), positions [T] the sentence position of each step, linear: no tanh;
-  params: name -> (shape, initialiser) as in `scores.Score`; has_stats: keeps running stats."""
+  params: name -> (shape, initialiser) as in `scores.Score`; has_stats: keeps running stats;
+  has_tanh: ends in a tanh, which `linear` removes."""
   apply: Callable
   params: dict
   has_stats: bool = False
+  has_tanh: bool = False
 
 
 HEADS = {
     "identity": Head(identity, {}),
-    "tanh": Head(tanh_layer, {"w_h": (("H", "H"), "uniform"), "b": (("H",), "zeros")}),
+    "tanh": Head(tanh_layer, {"w_h": (("H", "H"), "uniform"), "b": (("H",), "zeros")},
+                 has_tanh=True),
     "merge": Head(merge, {"w_h": (("H", "H"), "uniform"), "w_c": (("H", "H"), "uniform"),
-                          "b": (("H",), "zeros")}),
+                          "b": (("H",), "zeros")}, has_tanh=True),
     "residual_bn": Head(residual_bn, {
         "bn_scale": (("H",), "ones"), "bn_bias": (("H",), "zeros"),
         "fc_w": (("H", "H"), "xavier"), "fc_b": (("H",), "zeros"),

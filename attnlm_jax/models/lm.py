@@ -126,6 +126,9 @@ def validate(config) -> None:
     raise ConfigError(f"config.model.memory='zero_slot' with score {config.score!r}: its batch "
                       "norm keeps statistics per sentence position, which a memory that is "
                       "never written does not count; use memory='filled'")
+  if config.get("head_activation", "tanh") == "linear" and not head.has_tanh:
+    raise ConfigError(f"config.model.head_activation='linear' removes the output layer's tanh, "
+                      f"and score {config.score!r}'s output layer has none: use 'tanh'")
   if config.get("head_bias_init", "zeros") == "uniform" and "b" not in head.params:
     raise ConfigError(f"config.model.head_bias_init='uniform' draws the output layer's bias "
                       f"b_c, and score {config.score!r}'s output layer has none: use 'zeros'")
@@ -464,8 +467,10 @@ def _read_memory(params, config, score, memory, query):
   """Step t's context [B, H] and weights [B, L] (None for a running mean) from the memory."""
   if isinstance(memory, memory_lib.RunningMean):
     return memory_lib.running_read(memory), None
+  positions = {"positions": memory_lib.slot_positions(memory)} if score.positional else {}
   context, weights = score.attend(params.get("score"), query[:, None], memory.states,
-                                  memory.mask[:, None], _compute_dtype(config), memory.keys)
+                                  memory.mask[:, None], _compute_dtype(config), memory.keys,
+                                  **positions)
   return context[:, 0], weights[:, 0]
 
 
@@ -641,7 +646,8 @@ def init_state(params: dict, config, batch_size: int,
   """The state before the first token: zero LSTM states and empty buffers.
 
   capacity: memory slots (default `config.max_len`); past it the memory and the LSTMN tapes
-  keep the most recent `capacity - 1` states, the DAS input buffer the last `capacity` inputs.
+  keep the most recent `capacity - 1` states, the DAS input buffer the last `capacity` inputs
+  (`conv1x1` weighs each kept state by its sentence position, as `apply` does).
   `single` and `average` keep an O(1) running mean of the whole history instead of a buffer
   (no window: `capacity` does not bound it).
   """

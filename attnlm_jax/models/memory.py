@@ -68,6 +68,17 @@ def causal_mask(lengths: jax.Array, num_steps: int, zero_slot: bool) -> jax.Arra
   return visible[None] & slot_mask(lengths, num_steps, zero_slot)[:, None, :]
 
 
+def slot_positions(memory: Memory) -> jax.Array:
+  """The sentence position s of the state h_s in each slot, [L]: 0 for the zero slot; in the
+  ring of slots 1..L-1, the latest s <= written with (s - 1) % (L - 1) == slot - 1 (`write`'s
+  slot for h_s). A slot not written yet, masked, gets its own index, as in a buffer that never
+  wraps."""
+  ring = memory.states.shape[1] - 1
+  slot = jnp.arange(1, ring + 1)
+  laps = jnp.maximum(memory.written - slot, 0) // ring
+  return jnp.concatenate([jnp.zeros((1,), slot.dtype), slot + ring * laps])
+
+
 def chronological(memory: Memory) -> Memory:
   """The buffer with slots 1.. rotated oldest first (the zero slot stays at 0), and the next
   write going to slot 1 (the oldest): the same buffer for `write` and for every read."""

@@ -60,18 +60,22 @@ def average(params: dict, query, memory, mask, compute_dtype=jnp.float32, keys=N
   return _weighted_sum(weights, memory), weights
 
 
-def conv1x1(params: dict, query, memory, mask, compute_dtype=jnp.float32, keys=None):
+def conv1x1(params: dict, query, memory, mask, compute_dtype=jnp.float32, keys=None,
+            positions=None):
   """The convolutional-attention LM's context: a 1x1 convolution over the context map.
 
   The context map stacks the weighted slots cm_i = a_i h_i (a_i from the `combined` score,
   with the same cached `keys`); a 1x1 convolution whose input channels are the slots reduces
-  it to one vector, c_t = sum_{i>=1} w_i a_i h_i + b (a learned weight per slot; the zero
-  slot holds 0). Slots past the number of weights share the last weight.
+  it to one vector, c_t = sum_{i>=1} w_i a_i h_i + b (a learned weight per sentence position i;
+  the zero slot holds 0). Positions past the number of weights share the last weight.
+
+  positions: the sentence position i of each slot's state, [L] (`memory.slot_positions`, for a
+  ring buffer that has wrapped); by default the slot index, as in a buffer that never wraps.
   """
   _, weights = combined(params, query, memory, mask, compute_dtype, keys)
-  num_slots = memory.shape[1]
-  slot_index = jnp.clip(jnp.arange(num_slots) - 1, 0, params["slot_w"].shape[0] - 1)
-  slot_weight = jnp.where(jnp.arange(num_slots) >= 1, params["slot_w"][slot_index], 0.0)
+  positions = jnp.arange(memory.shape[1]) if positions is None else positions
+  slot_index = jnp.clip(positions - 1, 0, params["slot_w"].shape[0] - 1)
+  slot_weight = jnp.where(positions >= 1, params["slot_w"][slot_index], 0.0)
   context = _weighted_sum(weights * slot_weight, memory) + params["slot_b"]
   return context, weights
 
@@ -131,6 +135,8 @@ class Score:
     (`memory.RunningMean`).
   inert: parameters that training cannot move (a batch norm over the batch cancels them) but
     that act at evaluation; dynamic evaluation leaves them as trained (docs/testtime.md).
+  positional: the score weights a slot by the sentence position of its state, which `attend`
+    takes as `positions=` (`memory.slot_positions`) once a ring buffer has wrapped.
   """
   attend: Optional[Callable]
   params: dict
@@ -139,6 +145,7 @@ class Score:
   key: Optional[Callable] = None
   streaming: bool = False
   inert: tuple[str, ...] = ()
+  positional: bool = False
 
   @property
   def feeds_recurrence(self) -> bool:
@@ -161,7 +168,7 @@ SCORE_FUNCTIONS = {
     # to every feature of c_t, is cancelled by the batch norm it feeds in training.
     "conv1x1": Score(conv1x1, {**_COMBINED_WEIGHTS, "slot_w": (("S",), "ones"),
                                "slot_b": ((), "zeros")}, "residual_bn", key=combined_key,
-                     inert=("slot_b",)),
+                     inert=("slot_b",), positional=True),
     # Context feeding the recurrence; the output softmax reads h_t (Cao & Yu eq. 15).
     # DAS LM: attention over the input history joins the LSTM input.
     "das": Score(None, {}, "identity", recurrence=("das",)),

@@ -12,6 +12,7 @@ import pytest
 from attnlm_jax.common.errors import ConfigError
 from attnlm_jax import models
 from attnlm_jax.models import heads
+from attnlm_jax.models import lm
 from attnlm_jax.models import memory as memory_lib
 from attnlm_jax.models import scores
 
@@ -215,6 +216,36 @@ def test_full_buffer_keeps_a_window_of_the_latest_states():
   for value in range(1, 6):
     buffer = memory_lib.write(buffer, jnp.full((1, 1), float(value)), jnp.array([True]))
   assert sorted(np.asarray(buffer.states)[0, :, 0].tolist()) == [0.0, 4.0, 5.0]
+
+
+@pytest.mark.parametrize("capacity", [3, 4])
+def test_slot_positions_name_the_state_each_slot_holds(capacity):
+  buffer = memory_lib.empty(1, capacity, 1, zero_slot=True)
+  for position in range(1, 8):    # h_s = s, so a slot's state is its own sentence position
+    buffer = memory_lib.write(buffer, jnp.full((1, 1), float(position)), jnp.array([True]))
+    held = np.asarray(buffer.mask[0])
+    np.testing.assert_array_equal(np.asarray(memory_lib.slot_positions(buffer))[held],
+                                  np.asarray(buffer.states)[0, held, 0])
+
+
+def test_step_weighs_a_wrapped_rings_states_by_their_sentence_positions():
+  """Past its capacity `step` keeps a window, and conv1x1 weighs each kept state by its
+  sentence position: reading the ring as it lies equals reading it oldest first with the
+  positions of h_3, h_4, h_5 (slot index would give them w_1, w_2, w_3)."""
+  config = tiny_config("conv1x1")
+  params = randomized_params(config)
+  tokens, _ = random_batch(num_steps=5)
+  state = models.init_state(params, config, tokens.shape[0], capacity=4)
+  for token in tokens.T:
+    _, state = models.step(params, config, state, token)
+  query = jax.random.normal(jax.random.key(3), (tokens.shape[0], config.hidden_size))
+  context, _ = lm._read_memory(params, config, scores.get("conv1x1"), state.memory, query)
+  ordered = memory_lib.chronological(state.memory)
+  read = lambda positions: scores.conv1x1(params["score"], query[:, None], ordered.states,
+                                          ordered.mask[:, None], keys=ordered.keys,
+                                          positions=positions)[0][:, 0]
+  np.testing.assert_allclose(context, read(jnp.array([0, 3, 4, 5])), atol=1e-6)
+  assert not np.allclose(context, read(jnp.arange(4)), atol=1e-3)
 
 
 # --------------------------------------------------------------------------- paths agree

@@ -147,6 +147,9 @@ def test_the_zero_slot_memory_needs_attention_and_the_zero_slot():
     ("conv1x1", "memory", "zero_slot", "batch norm keeps statistics per sentence position"),
     ("conv1x1", "head_bias_init", "uniform", "output layer has none"),
     ("none", "head_bias_init", "uniform", "output layer has none"),
+    ("none", "head_activation", "linear", "output layer has none"),
+    ("conv1x1", "head_activation", "linear", "output layer has none"),
+    ("das", "head_activation", "linear", "output layer has none"),
 ])
 def test_a_released_field_the_score_cannot_take_is_refused(score, field, value, message):
   with pytest.raises(ConfigError, match=message):
