@@ -186,7 +186,8 @@ def test_generate_is_reproducible_for_a_seed(workdir):
     ("--config.modle.hidden_size=8",
      "unknown config key --config.modle.hidden_size: did you mean --config.model.hidden_size?"),
     ("--config.model.score=bogus", "unknown score 'bogus'"),
-    ("--config.model.hidden_size=24", "does not fit the config"),
+    ("--config.model.hidden_size=24", "holds a run of another config (model.hidden_size is"),
+    ("--config.model.dropout=0.0", "holds a run of another config (model.dropout is"),
     ("--config.data.corpus=ptb", "data directory"),
 ])
 def test_user_errors_are_one_line_and_write_nothing(workdir, flag, message):

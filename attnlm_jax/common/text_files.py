@@ -4,8 +4,8 @@ Only "\\n" ends a line, and a "\\r" just before it is dropped (Windows line ends
 `str.splitlines` would also split at "\\v", "\\f", "\\x1c" to "\\x1e", "\\x85", U+2028 and
 U+2029, which can stand inside a sentence of a real corpus, so that one line of the file
 would become two sentences. A UTF-8 byte-order mark at the start is dropped, not read as part
-of the first word. Bytes that are not UTF-8 are an error that names the file, the byte and
-its line.
+of the first word. Bytes that are not UTF-8, and a NUL byte (valid UTF-8, but no text file
+holds one), are an error that names the file, the byte and its line.
 """
 
 from typing import Type
@@ -17,13 +17,19 @@ from attnlm_jax.common import errors
 
 def decode(name: str, data: bytes, error: Type[errors.UserError] = errors.UserError) -> str:
   """`data` decoded as UTF-8 without a leading byte-order mark; `error` names the first byte
-  that is not UTF-8 (`name`: the file, for the message)."""
+  that is not UTF-8, or the first NUL byte (`name`: the file, for the message)."""
   try:
-    return data.decode("utf-8-sig")
+    text = data.decode("utf-8-sig")
   except UnicodeDecodeError as e:
     line = data.count(b"\n", 0, e.start) + 1
     raise error(f"{name}: byte 0x{data[e.start]:02x} at offset {e.start} (line {line}) is "
                 "not UTF-8: re-encode the file as UTF-8") from None
+  nul = data.find(b"\0")
+  if nul >= 0:
+    line = data.count(b"\n", 0, nul) + 1
+    raise error(f"{name}: a NUL byte at offset {nul} (line {line}): a binary file, not text; "
+                "pass the corpus's text file")
+  return text
 
 
 def split_lines(text: str) -> list[str]:

@@ -40,15 +40,6 @@ CURVES_PNG = "curves.png"
 
 CORPUS_NOT_FOUND = "corpus not found"
 
-# Config keys that may differ between a row and its saved config.json: where the files are,
-# and how often the run logs and saves.
-IGNORED_KEYS = ("data.data_dir", "data.cache_dir", "data.tagger_dir", "train.log_every_steps",
-                "train.save_every_steps")
-# Sizes a config file leaves at 0 for training to take from the data and the tagger.
-FILLED_KEYS = ("model.vocab_size", "model.num_tags")
-_ABSENT = "absent"  # How a config key missing on one side shows in a difference.
-
-
 class ReproduceError(errors.UserError):
   """A row directory that holds another config's run, or a needed row's weights missing."""
 
@@ -99,45 +90,12 @@ def _config_text(row: tables.Row) -> str:
 # --------------------------------------------------------------------------- configs
 
 
-def _flatten(tree: Mapping, prefix: str = "") -> dict:
-  """{"model.score": ...} of a nested JSON dict."""
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      flat.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
-
-
-def _as_json(config: ml_collections.ConfigDict) -> dict:
-  """A ConfigDict as plain JSON values (tuples become lists, references resolved)."""
-  return json.loads(config.to_json_best_effort())
-
-
-def config_differences(expected: Mapping, saved: Mapping) -> dict[str, tuple[Any, Any]]:
-  """The dotted keys whose values differ between a row's config and a saved one (both as
-  JSON dicts).
-
-  Paths and logging/saving cadence (IGNORED_KEYS) are left out, and so are the sizes training
-  fills in (FILLED_KEYS) when the row's config leaves them to it (0).
-
-  Returns:
-    {key: (saved value, expected value)}, "absent" for a key one of them lacks.
-  """
-  want, have = _flatten(expected), _flatten(saved)
-  ignored = {*IGNORED_KEYS, *(key for key in FILLED_KEYS if not want.get(key))}
-  pairs = {key: (have.get(key, _ABSENT), want.get(key, _ABSENT))
-           for key in sorted(want.keys() | have.keys()) if key not in ignored}
-  return {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
-
-
 def _saved_config(row: tables.Row, row_dir: epath.Path) -> Optional[dict]:
   """The part of a row directory's saved config that its config must match, or None."""
   if row.kind == tables.TAGGER and (row_dir / row_status.TAGGER_FILE).exists():
     return {"model": json.loads((row_dir / row_status.TAGGER_FILE).read_text())["config"]}
   if row.kind == tables.TRAIN and (row_dir / checkpoints.CONFIG_FILE).exists():
-    return _as_json(checkpoints.read_config(row_dir))
+    return checkpoints.as_json(checkpoints.read_config(row_dir))
   return None
 
 
@@ -146,10 +104,18 @@ def _differences(row: tables.Row, row_dir: epath.Path, config) -> list[str]:
   saved = _saved_config(row, row_dir)
   if saved is None:
     return []
-  expected = ({"model": _as_json(config.model)} if row.kind == tables.TAGGER
-              else _as_json(config))
+  expected = ({"model": checkpoints.as_json(config.model)} if row.kind == tables.TAGGER
+              else checkpoints.as_json(config))
   return [f"{key} is {there} there, {here} here"
-          for key, (there, here) in config_differences(expected, saved).items()]
+          for key, (there, here) in checkpoints.config_differences(expected, saved).items()]
+
+
+def require_workdir(name: str, workdir: epath.Path, flag: str) -> None:
+  """Refuses a missing table directory where `flag` only reads what its rows hold (a
+  mistyped --workdir would otherwise write a page of rows never started)."""
+  if not workdir.is_dir():
+    raise ReproduceError(f"{workdir} not found: {flag} reads the rows that --mode=reproduce "
+                         f"--table={name} --workdir=DIR trained; pass that DIR")
 
 
 def check_workdir(name: str, workdir: epath.Path, configs: Mapping[str, Any]) -> None:
@@ -377,8 +343,9 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
 
   Raises:
     tables.TableError: an unknown table or row (nothing is trained then).
-    ReproduceError: a row directory holding another config's run, or a row to run that reads
-      the weights of a finished row without them (nothing is trained then).
+    ReproduceError: a row directory holding another config's run, a row to run that reads
+      the weights of a finished row without them (nothing is trained then), or with
+      `pages_only` a workdir that does not exist.
     preemption.Stopped: SIGTERM or SIGINT stopped the row in training after saving it; the
       results files are written first, with that row running (rerunning resumes it).
     train.TrainingDiverged: the row in training diverged; the results files are written
@@ -393,6 +360,8 @@ def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,
     plan = [plan_row(row, workdir, configs[row.name], cache) for row in selected]
     print(format_plan(table, workdir, plan), flush=True)
     return {"table": table, "workdir": str(workdir), "plan": plan}
+  if pages_only:
+    require_workdir(table, workdir, "--pages_only")
   check_workdir(table, workdir, configs)
   check_needed_weights(table, workdir, [] if pages_only else selected)
   command = ("python -m attnlm_jax.main --mode=reproduce "

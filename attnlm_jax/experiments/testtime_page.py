@@ -375,6 +375,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
   rows = tables.row_names(rows)
   selected = {row.name for row in tables.select_rows(table, rows)}
   workdir = epath.Path(str(workdir))
+  runner.require_workdir(table, workdir, "--mode=testtime")
   records, evaluated = [], []
   for row in tables.get_table(table).rows:
     if row.kind != tables.TRAIN:
@@ -408,7 +409,6 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
           "command": command, "cache_size": cache_size, "dynamic_window": dynamic_window,
           "grid_extensions": grid_extensions, "rows": records,
           "anchors": [anchor._asdict() for anchor in ANCHORS]}
-  workdir.mkdir(parents=True, exist_ok=True)
   (workdir / PAGE_JSON).write_text(json_io.dumps(page, indent=1) + "\n")
   (workdir / PAGE_MD).write_text(format_markdown(page))
   return {"table": table, "workdir": str(workdir),

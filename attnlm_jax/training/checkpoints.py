@@ -4,7 +4,7 @@ is set aside in `unreadable_checkpoints/` and the run resumes from the one befor
 (docs/training.md, "What goes in the workdir")."""
 
 import json
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from absl import logging
 from etils import epath
@@ -32,6 +32,15 @@ UNREADABLE_DIR = "unreadable_checkpoints"
 METRIC = "valid_perplexity"
 # Latest checkpoints kept: a resume falls back to an older one when the newest is unreadable.
 KEEP_LATEST = 2
+
+
+# Config keys that may differ between a run's config and its saved config.json: where the
+# files are, and how often the run logs and saves.
+IGNORED_KEYS = ("data.data_dir", "data.cache_dir", "data.tagger_dir", "train.log_every_steps",
+                "train.save_every_steps")
+# Sizes a config file leaves at 0 for training to take from the data and the tagger.
+FILLED_KEYS = ("model.vocab_size", "model.num_tags")
+_ABSENT = "absent"  # How a config key missing on one side shows in a difference.
 
 
 class CheckpointError(errors.UserError):
@@ -275,6 +284,54 @@ def check_tagger(workdir: epath.Path, data_config: ml_collections.ConfigDict) ->
         "--config.data.tagger_dir=DIR of that tagger, or train the model again")
 
 
+def _flatten(tree: Mapping, prefix: str = "") -> dict:
+  """{"model.score": ...} of a nested JSON dict."""
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      flat.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
+
+
+def as_json(config: ml_collections.ConfigDict) -> dict:
+  """A ConfigDict as plain JSON values (tuples become lists, references resolved)."""
+  return json.loads(config.to_json_best_effort())
+
+
+def config_differences(expected: Mapping, saved: Mapping) -> dict[str, tuple[Any, Any]]:
+  """The dotted keys whose values differ between a config and a saved one (both as JSON
+  dicts).
+
+  Paths and logging/saving cadence (IGNORED_KEYS) are left out, and so are the sizes training
+  fills in (FILLED_KEYS) when `expected` leaves them to it (0).
+
+  Returns:
+    {key: (saved value, expected value)}, "absent" for a key one of them lacks.
+  """
+  want, have = _flatten(expected), _flatten(saved)
+  ignored = {*IGNORED_KEYS, *(key for key in FILLED_KEYS if not want.get(key))}
+  pairs = {key: (have.get(key, _ABSENT), want.get(key, _ABSENT))
+           for key in sorted(want.keys() | have.keys()) if key not in ignored}
+  return {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
+
+
+def check_config(workdir: epath.Path, config: ml_collections.ConfigDict) -> None:
+  """Raises CheckpointError when the workdir holds a run of another config (config.json):
+  resuming it would go on under other settings than its log and checkpoints record. Paths
+  and logging/saving cadence may differ (IGNORED_KEYS)."""
+  if not (workdir / CONFIG_FILE).exists():
+    return
+  differences = config_differences(as_json(config), as_json(read_config(workdir)))
+  if differences:
+    listed = "; ".join(f"{key} is {there} there, {here} here"
+                       for key, (there, here) in differences.items())
+    raise CheckpointError(
+        f"{workdir} holds a run of another config ({listed}): rerun with the config it was "
+        f"trained with ({workdir / CONFIG_FILE}) or use a new --workdir")
+
+
 def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
   """The config.json saved in a workdir, as a locked ConfigDict. Model, data and train fields
   added since the run was saved take their `models.default_config`, `pipeline.ADDED_FIELDS`
@@ -284,7 +341,11 @@ def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
   if not path.exists():
     raise CheckpointError(f"{path} not found: pass --config=configs/NAME.py or the --workdir "
                           "of a training run")
-  saved = json.loads(path.read_text())
+  try:
+    saved = json.loads(path.read_text())
+  except json.JSONDecodeError as error:
+    raise CheckpointError(f"{path} is not a saved config (JSONDecodeError: {error}): restore "
+                          "it, or pass --config=configs/NAME.py the run was trained with") from None
   model = models.default_config()
   model.update(saved.get("model", {}))
   data = {**pipeline.ADDED_FIELDS, **saved.get("data", {})}

@@ -61,6 +61,7 @@ def prepare(config: ml_collections.ConfigDict, workdir, vocab=None, data=None):
   params = jax.jit(functools.partial(models.init, config=config.model))(init_rng)
   if data.is_stream:
     models.init_stream_state(params, config.model, 1)  # Refuses models without a stream form.
+  checkpoints.check_config(epath.Path(workdir), config)
   checkpoints.check_compatible(epath.Path(workdir), data.vocab, params)
   if config.model.pos_tags:
     checkpoints.check_tagger(epath.Path(workdir), config.data)

@@ -753,12 +753,18 @@ def test_rows_sharing_one_run_across_tables_resolve_to_one_config(tmp_path):
   """The `das` rows whose run directory is a `das_recipe` row's, copied (docs/results/das):
   the same config, so that the runner accepts the copy; the LSTMN's first run, with the
   window's tapes, differs from the `das` row only in the tapes."""
-  config = lambda table, name: runner._as_json(runner.row_config(
+  config = lambda table, name: checkpoints.as_json(runner.row_config(
       next(row for row in tables.TABLES[table].rows if row.name == name), tmp_path))
   for das_row, recipe_row in (("lstm", "stream_untied_plateau"),
                               ("lstm_seed1", "stream_untied_plateau_seed1"),
                               ("lstmn", "lstmn_tape2")):
-    assert runner.config_differences(config("das", das_row), config("das_recipe", recipe_row)) \
+    assert checkpoints.config_differences(config("das", das_row), config("das_recipe", recipe_row)) \
         == {}, das_row
-  assert runner.config_differences(config("das", "lstmn"), config("das_recipe", "lstmn_tape35")) \
+  assert checkpoints.config_differences(config("das", "lstmn"), config("das_recipe", "lstmn_tape35")) \
       == {"model.tape_slots": (0, 2)}
+
+
+def test_pages_only_refuses_a_missing_workdir_and_writes_nothing(tmp_path):
+  with pytest.raises(runner.ReproduceError, match="typo not found: --pages_only reads the rows"):
+    runner.run("demo", tmp_path / "typo", pages_only=True)
+  assert not (tmp_path / "typo").exists()

@@ -12,6 +12,7 @@ import pytest
 
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import markdown
+from attnlm_jax.experiments import runner
 from attnlm_jax.experiments import tables
 from attnlm_jax.experiments import testtime_page
 from attnlm_jax.testtime import cache
@@ -301,3 +302,10 @@ def test_committed_testtime_pages_are_what_the_command_writes_from_the_committed
     assert cached["model_perplexity"] == pytest.approx(row["test_perplexity"], rel=1e-4)
     no_cache = [p["perplexity"] for p in cached["grid"] if p["lambda"] == 0.0]
     assert no_cache and no_cache[0] == pytest.approx(row["valid_perplexity"], rel=1e-4)
+
+
+def test_a_missing_workdir_is_refused_and_nothing_is_written(tmp_path):
+  with pytest.raises(runner.ReproduceError, match="typo not found: --mode=testtime reads the "
+                     "rows that --mode=reproduce --table=demo --workdir=DIR trained"):
+    testtime_page.run("demo", tmp_path / "typo")
+  assert not (tmp_path / "typo").exists()

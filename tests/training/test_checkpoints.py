@@ -65,6 +65,28 @@ def test_refuses_another_vocabulary(tmp_path):
     checkpoints.check_compatible(epath.Path(tmp_path), other, _state(1)["params"])
 
 
+def test_refuses_a_run_of_another_config_but_not_other_paths_or_cadence(tmp_path):
+  config = tiny_config.config()
+  (tmp_path / checkpoints.CONFIG_FILE).write_text(config.to_json_best_effort())
+  moved = tiny_config.config(data__data_dir="/elsewhere", train__save_every_steps=7,
+                             train__log_every_steps=3)
+  checkpoints.check_config(epath.Path(tmp_path), moved)
+  other = tiny_config.config(model__dropout=0.0, train__learning_rate=0.25)
+  message = (f"{tmp_path} holds a run of another config (model.dropout is "
+             f"{config.model.dropout} there, 0.0 here; train.learning_rate is "
+             f"{config.train.learning_rate} there, 0.25 here): rerun with the config it was "
+             f"trained with ({tmp_path / checkpoints.CONFIG_FILE}) or use a new --workdir")
+  with pytest.raises(checkpoints.CheckpointError, match=re.escape(message)):
+    checkpoints.check_config(epath.Path(tmp_path), other)
+  checkpoints.check_config(epath.Path(tmp_path / "new"), other)     # a new workdir: nothing
+
+
+def test_a_truncated_config_json_is_a_one_line_error(tmp_path):
+  (tmp_path / checkpoints.CONFIG_FILE).write_text(tiny_config.config().to_json_best_effort()[:40])
+  with pytest.raises(checkpoints.CheckpointError, match="is not a saved config.*--config="):
+    checkpoints.read_config(epath.Path(tmp_path))
+
+
 def test_refuses_other_parameter_shapes(tmp_path):
   vocab = vocab_lib.Vocabulary.build([["a", "b"]])
   vocab.save(tmp_path / checkpoints.VOCAB_FILE)
