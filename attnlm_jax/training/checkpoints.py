@@ -40,6 +40,9 @@ IGNORED_KEYS = ("data.data_dir", "data.cache_dir", "data.tagger_dir", "train.log
                 "train.save_every_steps")
 # Sizes a config file leaves at 0 for training to take from the data and the tagger.
 FILLED_KEYS = ("model.vocab_size", "model.num_tags")
+# What a rerun of a training run may change besides: how long it trains, and the learning
+# rate a diverged run resumes with (docs/training.md).
+RESUMABLE_KEYS = ("train.num_epochs", "train.learning_rate")
 _ABSENT = "absent"  # How a config key missing on one side shows in a difference.
 
 
@@ -300,18 +303,19 @@ def as_json(config: ml_collections.ConfigDict) -> dict:
   return json.loads(config.to_json_best_effort())
 
 
-def config_differences(expected: Mapping, saved: Mapping) -> dict[str, tuple[Any, Any]]:
+def config_differences(expected: Mapping, saved: Mapping,
+                       ignored: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
   """The dotted keys whose values differ between a config and a saved one (both as JSON
   dicts).
 
-  Paths and logging/saving cadence (IGNORED_KEYS) are left out, and so are the sizes training
-  fills in (FILLED_KEYS) when `expected` leaves them to it (0).
+  Paths and logging/saving cadence (IGNORED_KEYS) are left out, and so are `ignored` and the
+  sizes training fills in (FILLED_KEYS) when `expected` leaves them to it (0).
 
   Returns:
     {key: (saved value, expected value)}, "absent" for a key one of them lacks.
   """
   want, have = _flatten(expected), _flatten(saved)
-  ignored = {*IGNORED_KEYS, *(key for key in FILLED_KEYS if not want.get(key))}
+  ignored = {*IGNORED_KEYS, *ignored, *(key for key in FILLED_KEYS if not want.get(key))}
   pairs = {key: (have.get(key, _ABSENT), want.get(key, _ABSENT))
            for key in sorted(want.keys() | have.keys()) if key not in ignored}
   return {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
@@ -319,11 +323,13 @@ def config_differences(expected: Mapping, saved: Mapping) -> dict[str, tuple[Any
 
 def check_config(workdir: epath.Path, config: ml_collections.ConfigDict) -> None:
   """Raises CheckpointError when the workdir holds a run of another config (config.json):
-  resuming it would go on under other settings than its log and checkpoints record. Paths
-  and logging/saving cadence may differ (IGNORED_KEYS)."""
+  resuming it would go on under other settings than its log and checkpoints record. Paths,
+  logging/saving cadence (IGNORED_KEYS), the epochs and the learning rate (RESUMABLE_KEYS)
+  may differ."""
   if not (workdir / CONFIG_FILE).exists():
     return
-  differences = config_differences(as_json(config), as_json(read_config(workdir)))
+  differences = config_differences(as_json(config), as_json(read_config(workdir)),
+                                   RESUMABLE_KEYS)
   if differences:
     listed = "; ".join(f"{key} is {there} there, {here} here"
                        for key, (there, here) in differences.items())

@@ -69,13 +69,14 @@ def test_refuses_a_run_of_another_config_but_not_other_paths_or_cadence(tmp_path
   config = tiny_config.config()
   (tmp_path / checkpoints.CONFIG_FILE).write_text(config.to_json_best_effort())
   moved = tiny_config.config(data__data_dir="/elsewhere", train__save_every_steps=7,
-                             train__log_every_steps=3)
+                             train__log_every_steps=3, train__num_epochs=9,
+                             train__learning_rate=0.125)  # longer, or a diverged run's rerun
   checkpoints.check_config(epath.Path(tmp_path), moved)
-  other = tiny_config.config(model__dropout=0.0, train__learning_rate=0.25)
-  message = (f"{tmp_path} holds a run of another config (model.dropout is "
-             f"{config.model.dropout} there, 0.0 here; train.learning_rate is "
-             f"{config.train.learning_rate} there, 0.25 here): rerun with the config it was "
-             f"trained with ({tmp_path / checkpoints.CONFIG_FILE}) or use a new --workdir")
+  other = tiny_config.config(model__dropout=0.0, data__batch_size=3)
+  message = (f"{tmp_path} holds a run of another config (data.batch_size is "
+             f"{config.data.batch_size} there, 3 here; model.dropout is {config.model.dropout} "
+             f"there, 0.0 here): rerun with the config it was trained with "
+             f"({tmp_path / checkpoints.CONFIG_FILE}) or use a new --workdir")
   with pytest.raises(checkpoints.CheckpointError, match=re.escape(message)):
     checkpoints.check_config(epath.Path(tmp_path), other)
   checkpoints.check_config(epath.Path(tmp_path / "new"), other)     # a new workdir: nothing
