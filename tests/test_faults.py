@@ -131,6 +131,8 @@ def test_evaluate_on_an_unreadable_checkpoint_is_one_line(copy, corrupt):
   line = _error_line(tiny_config.run_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd,
                                           check=False))
   assert f"checkpoint {best}" in line and "cannot be read" in line
+  assert line.endswith(f"or move {workdir / 'checkpoints' / str(best)} aside to use the best "
+                       "readable checkpoint instead")
   assert _snapshot(workdir) == before
 
 

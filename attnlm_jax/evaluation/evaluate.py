@@ -87,7 +87,7 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
         f"no checkpoint in {workdir / checkpoints.CHECKPOINT_DIR}: train first with "
         f"--mode=train --workdir={workdir}")
   ckpt = checkpoints.Checkpoints(workdir, read_only=True)
-  state, _ = ckpt.restore(step, jax.eval_shape(
+  state, _ = ckpt.restore_evaluated(step, jax.eval_shape(
       functools.partial(steps.initial_state, config), params))
   ckpt.close()
   return TrainedModel(config, vocab, state["params"], step)

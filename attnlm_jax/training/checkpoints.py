@@ -126,6 +126,18 @@ class Checkpoints:
                             f"({_first_line(e)})") from e
     return restored["state"], restored["meta"]
 
+  def restore_evaluated(self, step: int, target: Any) -> tuple[Any, dict]:
+    """`restore` of the checkpoint a run is evaluated with (its best epoch's), which no other
+    checkpoint can stand in for unasked: when it cannot be read, the error says how to go on.
+    """
+    try:
+      return self.restore(step, target)
+    except CheckpointError as e:
+      raise CheckpointError(
+          f"{e}: it holds the parameters the run is evaluated with; restore it from a copy of "
+          f"the run, or move {self.directory / str(step)} aside to use the best readable "
+          "checkpoint instead") from e
+
   def restore_latest(self, target: Any) -> Optional[tuple[Any, dict]]:
     """(state, meta) of the newest readable checkpoint, None when there is none at all.
 

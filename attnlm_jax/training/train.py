@@ -379,7 +379,7 @@ class _Session:
     self.stop.at_once("stopped by {signal} before the final evaluation: the run is trained and "
                       "saved; rerun the same command to evaluate it")
     best = self.ckpt.best_step()
-    state, meta = self.ckpt.restore(best, self.state)
+    state, meta = self.ckpt.restore_evaluated(best, self.state)
     self.ckpt.close()
     p_params = parallel.replicate(state["params"])
     results = {split: self.evaluator(p_params, self.data, split,
