@@ -148,11 +148,25 @@ def _parse_flags(argv: list[str]) -> list[str]:
     message = str(e)
     if "Traceback" in message:
       message = f"{message.split(': ')[0]}: {message.strip().splitlines()[-1]}"
-    _fail(message)
+    _fail(_plain_type_error(message))
   except (AttributeError, KeyError) as e:
     _fail(_unknown_config_key(str(e), argv))
   except (TypeError, ValueError) as e:
     _fail(f"bad --config: {e}")
+
+
+# Python's words for a config override of the wrong type -> what the field expects.
+_TYPE_ERRORS = ((r"invalid literal for int\(\) with base 10: (.*)", r"\1 is not an integer"),
+                (r"could not convert string to float: (.*)", r"\1 is not a number"),
+                (r"\('Non-boolean argument to boolean flag', (.*)\)",
+                 r"\1 is not true or false"))
+
+
+def _plain_type_error(message: str) -> str:
+  """A flag error with Python's wording of a wrong type put as what the field expects."""
+  for pattern, plain in _TYPE_ERRORS:
+    message = re.sub(pattern, plain, message)
+  return message
 
 
 def _unknown_config_key(message: str, argv: list[str]) -> str:
