@@ -266,3 +266,18 @@ def test_pages_only_rewrites_a_table_in_training_and_trains_nothing(tmp_path):
   assert all((workdir / name).exists() for name in pages)
   assert {path: digest for path, digest in _snapshot(workdir).items()
           if path in logs} == logs
+
+
+def test_a_missing_split_file_is_refused_before_the_workdir_is_written(tmp_path):
+  corpus = tmp_path / "ptb"
+  corpus.mkdir()
+  for split in ("train", "valid"):                    # ptb.test.txt missing
+    (corpus / f"ptb.{split}.txt").write_text(" the cat sat \n a dog ran \n")
+  workdir = tmp_path / "run"
+  result = tiny_config.run_main(*tiny_config.flags(), "--config.data.corpus=ptb",
+                                f"--config.data.data_dir={corpus}", f"--workdir={workdir}",
+                                check=False)
+  assert result.returncode == 1
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(f"error: {corpus / 'ptb.test.txt'} not found")
+  assert not workdir.exists()

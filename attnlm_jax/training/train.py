@@ -44,8 +44,9 @@ class TrainingDiverged(errors.UserError):
 
 
 def prepare(config: ml_collections.ConfigDict, workdir, vocab=None, data=None):
-  """The completed config (`run_config.complete`, checked for training), the data and the
-  initial parameters; refuses a workdir whose checkpoint does not fit them.
+  """The completed config (`run_config.complete`, checked for training), the data (valid and
+  test read too, so that a missing or bad file is refused before the workdir is written) and
+  the initial parameters; refuses a workdir whose config or checkpoint does not fit them.
 
   Args:
     config: the run's config (not modified).
@@ -55,6 +56,8 @@ def prepare(config: ml_collections.ConfigDict, workdir, vocab=None, data=None):
   """
   if data is None:
     data = data_lib.load(config.data, vocab, tagging.corpus_tags(config.data))
+  for split in ("valid", "test"):
+    data.split(split)
   config = run_config.complete(config, len(data.vocab))
   run_config.check_training(config)
   init_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed))
