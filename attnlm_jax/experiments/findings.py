@@ -17,8 +17,8 @@ PRINTED = {"single": "Attentive LM, single score", "combined": "Attentive LM, co
 # label -> the rows a column reads for a printed row ({score} is the printed row's score).
 # The released network's attention is inert, whatever its score: one network for every row.
 COLUMNS = {"paper's recipe here": ("{score}", "{score}_seed1"),
-           "released network here": ("released",),
-           "attention, released settings": ("released_attention",),
+           "released network here": ("released", "released_seed1"),
+           "attention, released settings": ("released_attention", "released_attention_seed1"),
            "`none` here": ("none", "none_seed1")}
 RELEASED_ATTENTION_SCORES = ("single",)   # `released_attention` trains the single score.
 

@@ -3,7 +3,9 @@ table's page on its own questions ("does attention beat the baseline?"), with th
 spread beside them, written from the committed results.json.
 
 A row's seeds are the table's rows that repeat it with other seeds (`tables.base_row`: `X`,
-`X_seed1`, ...). Over their test perplexities (standard rule), row A is
+`X_seed1`, ...). Over their test perplexities (the standard rule; the released code's rule
+when a run of either row never predicts a sentence's first word, `every_token_predicted`
+False, as the released code's network), row A is
 
   * lower than row B when max(A) < min(B): every seed of A ends below every seed of B;
   * higher when min(A) > max(B);
@@ -24,10 +26,26 @@ HEADERS = ("row", "against", "row's seeds: test", "against's seeds: test",
            "difference of means", "verdict")
 
 
-def seed_tests(table: dict, row: str) -> list[float]:
-  """The test perplexities of the finished seeds of `row` (itself included), in table order."""
-  return [run["test_perplexity"] for run in table["rows"]
+STANDARD_KEY, RELEASED_RULE_KEY = "test_perplexity", "test_perplexity_paper_convention"
+
+
+def _finished_seeds(table: dict, row: str) -> list[dict]:
+  return [run for run in table["rows"]
           if tables.base_row(run["name"]) == row and run["status"] == row_status.FINISHED]
+
+
+def comparable_key(table: dict, rows: Sequence[str]) -> str:
+  """The test perplexity that every finished seed of `rows` reports under one rule: the
+  standard one, or the released code's where a run leaves the first words unpredicted."""
+  runs = [run for row in rows for run in _finished_seeds(table, row)]
+  return (RELEASED_RULE_KEY if any(run.get("every_token_predicted") is False for run in runs)
+          else STANDARD_KEY)
+
+
+def seed_tests(table: dict, row: str, key: str = STANDARD_KEY) -> list[float]:
+  """The test perplexities (`key`) of the finished seeds of `row` (itself included), in table
+  order."""
+  return [run[key] for run in _finished_seeds(table, row)]
 
 
 def verdict(row: Sequence[float], against: Sequence[float]) -> str:
@@ -62,7 +80,10 @@ def seeds_table(table: dict, comparisons: Sequence[tuple[str, str]]) -> str:
   """The Markdown table of `comparisons`, pairs (row, against), from a table's results.json."""
   lines = []
   for row, against in comparisons:
-    row_tests, against_tests = seed_tests(table, row), seed_tests(table, against)
-    lines.append([f"`{row}`", f"`{against}`", _seeds_cell(row_tests), _seeds_cell(against_tests),
+    key = comparable_key(table, (row, against))
+    row_tests, against_tests = seed_tests(table, row, key), seed_tests(table, against, key)
+    rule = " (released rule)" if key == RELEASED_RULE_KEY else ""
+    lines.append([f"`{row}`{rule}", f"`{against}`", _seeds_cell(row_tests),
+                  _seeds_cell(against_tests),
                   _difference_cell(row_tests, against_tests), verdict(row_tests, against_tests)])
   return markdown.markdown_table(HEADERS, lines)

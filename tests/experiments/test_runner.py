@@ -28,10 +28,11 @@ import tiny_config
 
 SALTON_ROWS = ("none", "proj", "single", "combined", "average", "conv1x1", "none_seed1",
                "proj_seed1", "single_seed1", "none_bfloat16", "released", "released_attention",
-               "average_in_sequence")
+               "released_seed1", "released_attention_seed1", "average_in_sequence")
 STOPPING_RULE_ROWS = ("none", "proj", "combined", "average", "conv1x1", "none_seed1",
                       "proj_seed1", "none_bfloat16", "average_in_sequence")
-RELEASED_ROWS = ("released", "released_attention")   # 23 epochs: their lr halves from 14.
+RELEASED_ROWS = ("released", "released_attention", "released_seed1",
+                 "released_attention_seed1")   # 23 epochs: their lr halves from 14.
 
 
 def _most_epochs(name: str) -> int:
@@ -220,7 +221,7 @@ def test_dry_run_prints_the_paper_scale_plan_and_trains_nothing(shared_data, tmp
                         .partition("_seed"))
     config = ("released.py:score=single,memory=" + ("filled" if "attention" in score
                                                      else "zero_slot")
-              if score in RELEASED_ROWS else f"ptb.py:score={score}")
+              if row["name"] in RELEASED_ROWS else f"ptb.py:score={score}")
     assert f"--config=configs/{config}" in row["command"]
     assert ("--config.seed=1 --config.data.seed=1" in row["command"]) == bool(seeded)
     assert ("--config.model.compute_dtype=bfloat16" in row["command"]) == (

@@ -45,3 +45,20 @@ def test_the_table_gives_each_seed_its_spread_the_difference_of_means_and_the_ve
                       "101.78, 102.10 (spread 0.32) | +0.96 | higher (2 and 2 seeds) |")
   assert lines[3] == ("| `single` | `none` | 105.90 | 101.78, 102.10 (spread 0.32) | +3.96 | "
                       "no verdict: seeds finished 1 and 2, 2 of each needed |")
+
+
+def test_rows_that_leave_the_first_words_unpredicted_compare_under_the_released_rule():
+  released = lambda name, test, rule: {**_run(name, test), "every_token_predicted": False,
+                                       "test_perplexity_paper_convention": rule}
+  table = {"table": "t", "rows": [
+      released("released", 87.88, 71.64), released("released_attention", 86.74, 70.76),
+      released("released_attention_seed1", 87.00, 70.96),
+      {**_run("none", 87.44), "test_perplexity_paper_convention": 68.34}]}
+  assert seeds.comparable_key(table, ("released_attention", "released")) == (
+      "test_perplexity_paper_convention")
+  assert seeds.comparable_key(table, ("none",)) == "test_perplexity"
+  lines = seeds.seeds_table(table, [("released_attention", "released"), ("none", "none")])
+  assert lines.splitlines()[2] == (
+      "| `released_attention` (released rule) | `released` | 70.76, 70.96 (spread 0.20) | 71.64 "
+      "| -0.78 | no verdict: seeds finished 2 and 1, 2 of each needed |")
+  assert lines.splitlines()[3].startswith("| `none` | `none` | 87.44 | 87.44 | +0.00 |")

@@ -152,9 +152,10 @@ def test_the_command_rewrites_a_stale_table_and_check_names_it(tmp_path, monkeyp
 def test_the_findings_set_each_printed_row_beside_every_column_with_its_seeds():
   rows = [_row("single", "finished", 5.0, test=94.0), _row("single_seed1", "finished", 3.0),
           {**_row("released", "finished", 1.0, test=80.0), "every_token_predicted": False},
+          {**_row("released_seed1", "finished", 1.0, test=80.0), "every_token_predicted": False},
           _row("released_attention", "running: epoch 3 of 23"),
           _row("none", "finished", None, test=87.0), _row("none_seed1", "not started")]
-  for row, released_rule in zip(rows, (73.5, 72.1, 70.7, None, 68.3, None)):
+  for row, released_rule in zip(rows, (73.5, 72.1, 70.7, 71.2, None, 68.3, None)):
     row["test_perplexity_paper_convention"] = released_rule
   table = findings.findings_table({"table": "salton_ptb", "rows": rows})
   single = next(line for line in table.splitlines() if line.startswith("| `single`"))
@@ -162,9 +163,9 @@ def test_the_findings_set_each_printed_row_beside_every_column_with_its_seeds():
   assert cells[1] == "70.1"                                  # the printed test number
   assert cells[2] == "73.5, 72.1 / 94.0, 90.0"               # both seeds, both rules
   # The released network never predicts a first word: no standard-rule number.
-  assert cells[3] == "70.7 / n/a" and cells[4] == "running: epoch 3 of 23"
+  assert cells[3] == "70.7, 71.2 / n/a, n/a" and cells[4] == "running: epoch 3 of 23"
   assert cells[5] == "68.3 / 87.0"
   assert "paper's recipe here: misses (2 seeds)" in cells[6]
-  assert "released network here: within 2%, 1 seed" in cells[6]
+  assert "released network here: reproduces (2 seeds)" in cells[6]
   combined = next(line for line in table.splitlines() if line.startswith("| `combined`"))
   assert "| - |" in combined          # no released_attention row for the combined score
