@@ -53,6 +53,7 @@ def trained(tmp_path_factory):
                                 cwd=cwd)
   summary = _json_lines(result.stdout)[-1]
   assert summary["epochs"] == EPOCHS and summary["workdir"] == str(cwd / "runs" / "tiny")
+  assert "best epoch's checkpoint" not in result.stderr   # the best epoch's is there
   return cwd
 
 
@@ -120,6 +121,27 @@ def test_resume_skips_an_unreadable_latest_checkpoint(copy):
   assert restarts[-1]["step"] == 80                   # resumed from the checkpoint before
   assert (workdir / "unreadable_checkpoints" / str(LAST_STEP)).is_dir()   # kept, set aside
   assert _json_lines(result.stdout)[-1]["epochs"] == EPOCHS + 1
+
+
+def test_a_resume_without_the_best_epochs_checkpoint_says_which_epoch_it_evaluates(copy):
+  """A run resumed from its latest checkpoint copied alone (the best epoch's left behind on
+  another machine) evaluates the best checkpoint it holds, and says so in its log and record."""
+  cwd, workdir = copy
+  meta_file = _step_dir(workdir, LAST_STEP) / "meta" / "metadata"
+  meta = json.loads(meta_file.read_text())
+  assert meta["epoch"] == EPOCHS and meta["epoch_done"]
+  # Epoch 1 the best by far (no later epoch beats it), its checkpoint left behind.
+  meta["early_stopping"].update(best_epoch=1, best_perplexity=1.0, bad_epochs=1)
+  meta_file.write_text(json.dumps(meta))
+  shutil.rmtree(_step_dir(workdir, LAST_STEP // EPOCHS), ignore_errors=True)
+  result = tiny_config.run_main(*_config_flags(train__num_epochs=EPOCHS + 1),
+                                "--workdir=runs/tiny", cwd=cwd)
+  warnings = [line for line in result.stderr.splitlines() if "best epoch's checkpoint" in line]
+  assert len(warnings) == 1 and "(epoch 1, valid perplexity 1.00)" in warnings[0], \
+      result.stderr[-3000:]
+  final = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[-1])
+  assert final["best_valid_epoch_without_checkpoint"] == 1
+  assert final["best_epoch"] in (EPOCHS, EPOCHS + 1) and "final_test_perplexity" in final
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda f: f.__name__.strip("_"))

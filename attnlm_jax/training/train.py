@@ -384,13 +384,19 @@ class _Session:
     best = self.ckpt.best_step()
     state, meta = self.ckpt.restore_evaluated(best, self.state)
     self.ckpt.close()
+    missing = {}
+    if meta["epoch"] != self.stopping.best_epoch:   # Resumed from a checkpoint copied alone.
+      logging.warning("the best epoch's checkpoint (epoch %d, valid perplexity %.2f) is not in "
+                      "%s: evaluating the best one there, epoch %d's", self.stopping.best_epoch,
+                      self.stopping.best_perplexity, self.ckpt.directory, meta["epoch"])
+      missing = {"best_valid_epoch_without_checkpoint": self.stopping.best_epoch}
     p_params = parallel.replicate(state["params"])
     results = {split: self.evaluator(p_params, self.data, split,
                                      self.config.data.eval_batch_size)
                for split in ("valid", "test")}
     self.writer.write_scalars(best, {"best_epoch": meta["epoch"], "epochs": self.epochs, **{
         f"final_{split}_{key}": result[key] for split, result in results.items()
-        for key in ("perplexity", "perplexity_paper_convention")}})
+        for key in ("perplexity", "perplexity_paper_convention")}, **missing})
     self.writer.close()
     logging.info("best epoch %d (step %d): valid perplexity %.2f, test perplexity %.2f",
                  meta["epoch"], best, results["valid"]["perplexity"],
