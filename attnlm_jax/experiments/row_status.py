@@ -29,6 +29,7 @@ def _training_state(row_dir: epath.Path) -> dict:
     return {"status": NOT_STARTED}
   run = runs.read_run(row_dir)
   state = {"status": FINISHED, "params": run["params"], "best_epoch": run["best_epoch"],
+           "untested_best_epoch": run["untested_best_epoch"],
            "epochs_run": run["epochs_run"], "valid_curve": run["valid_curve"],
            "ran_on": run["ran_on"], "code_versions": run["code_versions"],
            "epoch_seconds": run["epoch_seconds"],

@@ -167,7 +167,8 @@ def row_record(row: tables.Row, workdir: epath.Path, config) -> dict:
             "batches": (table_page.batch_kind(config.data)
                         if config and row.kind == tables.TRAIN else None),
             "epochs_run": None,
-            "best_epoch": None, **dict.fromkeys(runs.RUN_KEYS), "valid_curve": [],
+            "best_epoch": None, "untested_best_epoch": None,
+            **dict.fromkeys(runs.RUN_KEYS), "valid_curve": [],
             "ran_on": [], "code_versions": [], "epoch_seconds": {}, "fastest_epoch_seconds": {},
             "paper": None, "differences": None,
             # False for a row trained without a start symbol (markdown.standard_perplexity).

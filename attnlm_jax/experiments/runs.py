@@ -89,8 +89,10 @@ def read_run(workdir) -> dict:
     {"name" (the workdir's last component), "workdir", "corpus", "score" (`model_key`),
      "hidden_size", "num_layers", "params", "finished" (a final evaluation was written),
      "best_epoch" (the final evaluation's; until finished, the epoch of the lowest
-     validation perplexity so far, None before the first epoch), the final RUN_KEYS (None
-     until finished), "num_epochs" (the config's most epochs) and "patience" (its early
+     validation perplexity so far, None before the first epoch), "untested_best_epoch" (the
+     epoch of the lowest validation perplexity when the final evaluation tested another
+     epoch's parameters, of a higher one: a run resumed where the best epoch's checkpoint
+     was missing; else None), the final RUN_KEYS (None until finished), "num_epochs" (the config's most epochs) and "patience" (its early
      stopping's, each None when not recorded),
      "valid_curve": [[epoch, valid perplexity], ...] (the last record of each epoch: a
      resumed run may have validated one twice), "epochs_run" (epochs validated),
@@ -130,10 +132,13 @@ def read_run(workdir) -> dict:
   last_epoch = seconds_by_epoch.get(curve[-1][0]) if curve else None
   # The first epoch of the lowest perplexity, as early stopping picks it (strictly lower).
   best = min(curve, key=lambda point: point[1], default=[None, None])
+  tested = epoch_records.get(final.get("best_epoch"))
+  untested = best[0] if tested and tested["valid_perplexity"] > best[1] else None
   return {"name": workdir.name, "workdir": str(workdir), "corpus": config["data"]["corpus"],
           "score": model_key(config["model"]), "hidden_size": config["model"]["hidden_size"],
           "num_layers": config["model"]["num_layers"], "params": starts[-1]["num_params"],
           "finished": bool(final), "best_epoch": final.get("best_epoch") if final else best[0],
+          "untested_best_epoch": untested,
           **{key: final.get(f"final_{key}") for key in RUN_KEYS},
           "num_epochs": train.get("num_epochs"), "patience": train.get("patience"),
           "valid_curve": curve,

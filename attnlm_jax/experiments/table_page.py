@@ -57,6 +57,9 @@ def _markdown_cells(record: dict) -> list[str]:
     epochs = record["status"]  # An interpolation whose member trained again: numbers of old.
   elif record["epochs_run"] is None:
     epochs = "-"
+  elif record.get("untested_best_epoch"):   # Results of pages written before the key lack it.
+    epochs = (f"{record['epochs_run']} ({record['untested_best_epoch']}, tested "
+              f"{record['best_epoch']})")
   else:
     epochs = f"{record['epochs_run']} ({record['best_epoch']})"
   paper, differences = record["paper"], record["differences"] or {}
@@ -81,6 +84,16 @@ def _first_words_note(record: dict) -> str:
           "the released code): it never predicts a sentence's first word, so its standard-rule "
           "cells read n/a, and the validation perplexities of its log (the epoch table, the "
           "curves) leave those words out; compare it under the released rule.")
+
+
+def _untested_best_note(record: dict) -> str:
+  """results.md's note on a row whose test is not of its best epoch's parameters."""
+  curve = dict(record["valid_curve"])
+  best, tested = record["untested_best_epoch"], record["best_epoch"]
+  return (f"- `{record['name']}`'s test is of epoch {tested}'s parameters (valid perplexity "
+          f"{markdown.format_number(curve[tested])}), not of its best epoch {best}'s "
+          f"({markdown.format_number(curve[best])}): that epoch's checkpoint was not in the "
+          "workdir where the run finished.")
 
 
 def _running_note(record: dict) -> str:
@@ -235,6 +248,7 @@ def format_markdown(summary: dict) -> str:
             if r.get("every_token_predicted") is False]
   notes += _learning_rate_notes(summary["rows"])
   notes += _batching_notes(summary["rows"])
+  notes += [_untested_best_note(r) for r in summary["rows"] if r.get("untested_best_epoch")]
   notes += [_running_note(r) for r in summary["rows"] if _is_running(r)]
   notes += [_diverged_note(r) for r in summary["rows"] if _is_diverged(r)]
   notes += _ran_on_notes(summary["rows"])

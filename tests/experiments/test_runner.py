@@ -376,6 +376,26 @@ def test_differences_to_the_printed_numbers_follow_the_paper_rule(synthetic, tmp
           "74.6 / 71.3 |") in markdown
 
 
+def test_a_row_tested_without_its_best_epochs_checkpoint_says_which_epoch_it_tested(
+    synthetic, tmp_path):
+  final = {"final_valid_perplexity": 105.0, "final_test_perplexity": 101.0,
+           "final_valid_perplexity_paper_convention": 80.0,
+           "final_test_perplexity_paper_convention": 78.0}
+  _synthetic_run(tmp_path / "single", {**final, "best_epoch": 3})   # epoch 2's was missing
+  _synthetic_run(tmp_path / "medium", final)                         # epoch 2's, the best
+  runner.run(synthetic, tmp_path, rows=["single", "medium"])
+  rows = {r["name"]: r for r in json.loads((tmp_path / runner.RESULTS_JSON).read_text())["rows"]}
+  assert (rows["single"]["best_epoch"], rows["single"]["untested_best_epoch"]) == (3, 2)
+  assert (rows["medium"]["best_epoch"], rows["medium"]["untested_best_epoch"]) == (2, None)
+  markdown = (tmp_path / runner.RESULTS_MD).read_text().splitlines()
+  assert "| single | configs/ptb.py:score=single | 14,500,000 | 3 (2, tested 3) | 105.0 |" in (
+      "\n".join(markdown))
+  assert ("- `single`'s test is of epoch 3's parameters (valid perplexity 105.0), not of its "
+          "best epoch 2's (100.0): that epoch's checkpoint was not in the workdir where the "
+          "run finished.") in markdown
+  assert not [line for line in markdown if line.startswith("- `medium`'s test")]
+
+
 def test_a_row_stopped_by_a_signal_is_shown_running_and_the_stop_goes_on(synthetic, tmp_path,
                                                                           monkeypatch):
   def stopped(row, workdir, config):   # Epochs 1 to 3 saved, then SIGTERM.
