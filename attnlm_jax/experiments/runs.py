@@ -92,8 +92,9 @@ def read_run(workdir) -> dict:
      validation perplexity so far, None before the first epoch), "untested_best_epoch" (the
      epoch of the lowest validation perplexity when the final evaluation tested another
      epoch's parameters, of a higher one: a run resumed where the best epoch's checkpoint
-     was missing; else None), the final RUN_KEYS (None until finished), "num_epochs" (the config's most epochs) and "patience" (its early
-     stopping's, each None when not recorded),
+     was missing; else None), the final RUN_KEYS (None until finished), "num_epochs" (the
+     config's most epochs) and "patience" (its early stopping's, each None when not
+     recorded),
      "valid_curve": [[epoch, valid perplexity], ...] (the last record of each epoch: a
      resumed run may have validated one twice), "epochs_run" (epochs validated),
      "best_valid_perplexity" (the lowest of the curve, standard rule; None before the first
