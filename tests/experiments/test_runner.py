@@ -779,10 +779,11 @@ def test_rows_sharing_one_run_across_tables_resolve_to_one_config(tmp_path):
   for das_row, recipe_row in (("lstm", "stream_untied_plateau"),
                               ("lstm_seed1", "stream_untied_plateau_seed1"),
                               ("lstmn", "lstmn_tape2")):
-    assert checkpoints.config_differences(config("das", das_row), config("das_recipe", recipe_row)) \
-        == {}, das_row
-  assert checkpoints.config_differences(config("das", "lstmn"), config("das_recipe", "lstmn_tape35")) \
-      == {"model.tape_slots": (0, 2)}
+    differences = checkpoints.config_differences(config("das", das_row),
+                                                 config("das_recipe", recipe_row))
+    assert differences == {}, das_row
+  assert checkpoints.config_differences(
+      config("das", "lstmn"), config("das_recipe", "lstmn_tape35")) == {"model.tape_slots": (0, 2)}
 
 
 def test_pages_only_refuses_a_missing_workdir_and_writes_nothing(tmp_path):
