@@ -144,6 +144,28 @@ def test_a_resume_without_the_best_epochs_checkpoint_says_which_epoch_it_evaluat
   assert final["best_epoch"] in (EPOCHS, EPOCHS + 1) and "final_test_perplexity" in final
 
 
+def test_a_tie_kept_as_the_other_epochs_checkpoint_is_not_called_missing(copy):
+  """Of two epochs tied on validation perplexity, early stopping picks the first (strictly
+  lower improves) and the checkpoints may keep either: nothing is missing then."""
+  cwd, workdir = copy
+  ckpt = checkpoints.Checkpoints(workdir, read_only=True)
+  kept_step = ckpt.best_step()
+  kept_epoch = kept_step // (LAST_STEP // EPOCHS)
+  meta_file = _step_dir(workdir, LAST_STEP) / "meta" / "metadata"
+  meta = json.loads(meta_file.read_text())
+  # The other epoch early stopping's best at the kept one's perplexity; patience spent, so the
+  # resumed run goes straight to its final evaluation.
+  meta["early_stopping"].update(best_epoch=1 if kept_epoch == 2 else 2,
+                                best_perplexity=ckpt.valid_perplexity(kept_step), bad_epochs=2)
+  meta_file.write_text(json.dumps(meta))
+  result = tiny_config.run_main(*_config_flags(train__num_epochs=EPOCHS + 1),
+                                "--workdir=runs/tiny", cwd=cwd)
+  assert "best epoch's checkpoint" not in result.stderr, result.stderr[-3000:]
+  final = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[-1])
+  assert final["best_epoch"] == kept_epoch and "final_test_perplexity" in final
+  assert "best_valid_epoch_without_checkpoint" not in final
+
+
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda f: f.__name__.strip("_"))
 def test_evaluate_on_an_unreadable_checkpoint_is_one_line(copy, corrupt):
   cwd, workdir = copy

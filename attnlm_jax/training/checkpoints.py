@@ -86,6 +86,11 @@ class Checkpoints:
     """The step of the epoch-end checkpoint with the lowest validation perplexity, or None."""
     return self._manager.best_step()
 
+  def valid_perplexity(self, step: int) -> Optional[float]:
+    """The validation perplexity saved with an epoch-end checkpoint (None for a step one)."""
+    metrics = self._manager.metrics(step)
+    return metrics[METRIC] if metrics else None
+
   def should_save(self, step: int) -> bool:
     """True when `step` is a multiple of `save_every_steps` (> 0)."""
     return self._save_every_steps > 0 and step % self._save_every_steps == 0

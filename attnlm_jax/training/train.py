@@ -383,9 +383,12 @@ class _Session:
                       "saved; rerun the same command to evaluate it")
     best = self.ckpt.best_step()
     state, meta = self.ckpt.restore_evaluated(best, self.state)
+    evaluated_perplexity = self.ckpt.valid_perplexity(best)
     self.ckpt.close()
     missing = {}
-    if meta["epoch"] != self.stopping.best_epoch:   # Resumed from a checkpoint copied alone.
+    # Above the best epoch's (of two tied epochs the checkpoints may keep the other one): the
+    # run resumed from a latest checkpoint copied alone.
+    if evaluated_perplexity > self.stopping.best_perplexity:
       logging.warning("the best epoch's checkpoint (epoch %d, valid perplexity %.2f) is not in "
                       "%s: evaluating the best one there, epoch %d's", self.stopping.best_epoch,
                       self.stopping.best_perplexity, self.ckpt.directory, meta["epoch"])
