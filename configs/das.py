@@ -60,6 +60,6 @@ def get_config(arg=None):
   config.model.tape_slots = 2 if "lstmn" in args.model else 0  # LSTMN tapes: h_0 and the last
                                            # state (0: no tapes, for lstm and das).
   config.model.pos_tags = bool(args.tags)  # Input [word embedding; tag embedding].
-  config.model.num_tags = 0                # 0: taken from the tagger's tag list.
+  config.model.num_tags = 0                # Set from the tagger's tag list when tags=1.
   config.model.tag_size = 50               # Tag embedding size (the paper does not say).
   return config

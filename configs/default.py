@@ -45,7 +45,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
                                            # built; "" = a tfds directory under data_root().
   config.data.batch_size = 32              # Sentences per training batch (all devices).
   config.data.eval_batch_size = 64         # Sentences per evaluation batch (all devices).
-  config.data.max_len = max_len            # Training rows truncated/padded to this length.
+  config.data.max_len = max_len            # Training rows truncated to this (stream: window).
   config.data.bucket = True                # Batch sentences of similar length (same loss as
                                            # the papers' padding to max_len, ~6% pads not 39%).
   config.data.width_multiple = 4           # Bucketed widths rounded up to a multiple of this

@@ -31,7 +31,7 @@ def get_config(arg=None):
   config.model.score = args.score          # The attention score.
   config.model.forget_bias = 1.0 if args.score == "average" else 0.0  # Averaging LM: 1.0.
   config.data.batch_size = 64              # Fewer, larger steps per epoch.
-  config.train.learning_rate = 0.5 if args.score == "conv1x1" else 1.0  # See the docstring.
+  config.train.learning_rate = 0.5 if args.score == "conv1x1" else 1.0  # Why 0.5: docstring.
   config.data.bucket = args.score != "conv1x1"  # conv1x1's batch norm: random sentences.
   config.train.lr_decay_after = 10         # Halve the learning rate after epoch 10.
   config.train.num_epochs = 16             # 16 epochs: the last lr is the first / 64.

@@ -42,12 +42,13 @@ class Vocabulary:
       raise VocabularyError("vocabulary lists a word twice: build it with Vocabulary.build")
 
   @classmethod
-  def build(cls, sentences: Iterable[Sequence[str]]) -> Vocabulary:
-    """Builds the vocabulary of every word in `sentences` (the training split).
+  def build(cls, sentences: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:
+    """Builds the vocabulary of the words in `sentences` (the training split).
 
     Args:
       sentences: tokenised sentences without `<eos>`; a literal `<unk>` or `<eos>` in the
         text is the special of that name.
+      min_count: the fewest occurrences a word needs to be kept (the rarer read as `<unk>`).
 
     Returns:
       The specials, then the words by decreasing count, ties in alphabetical order.
@@ -56,7 +57,7 @@ class Vocabulary:
     for special in SPECIALS:
       counts.pop(special, None)
     ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return cls(list(SPECIALS) + [w for w, _ in ordered])
+    return cls(list(SPECIALS) + [w for w, n in ordered if n >= min_count])
 
   def __len__(self) -> int:
     """Number of ids, specials included."""

@@ -67,14 +67,15 @@ def valid_slots(model_config, lengths: np.ndarray, num_steps: int) -> np.ndarray
   """bool [B, T, L=T]: slot i is visible to step t (the cells an attention row may use).
 
   DAS: inputs 0..t of the sentence; the others: `memory.causal_mask` (the zero slot, then
-  the states of the steps before t).
+  the states of the steps before t), or the zero slot alone under `memory='zero_slot'`
+  (`models.visible_slots`).
   """
   if "das" in scores.get(model_config.score).recurrence:
     step = np.arange(num_steps)[:, None]
     slot = np.arange(num_steps)[None, :]
     return (slot <= step)[None] & (slot[None] < np.asarray(lengths)[:, None, None])
-  return np.asarray(memory_lib.causal_mask(jnp.asarray(lengths), num_steps,
-                                           model_config.zero_slot))
+  causal = memory_lib.causal_mask(jnp.asarray(lengths), num_steps, model_config.zero_slot)
+  return np.asarray(models.visible_slots(model_config, causal))
 
 
 def _batch(encoded: Sequence[np.ndarray], num_rows: int, width: int) -> dict:

@@ -1,6 +1,7 @@
 """Scoring with the batch norm on each batch's own statistics: what a code that never switches
-`conv1x1`'s batch norm to its running statistics reports (Salton & Kelleher 2018's 58.4;
-docs/results/salton_ptb/findings.md, "The convolutional paper's 58.4 and the batch-norm leak").
+`conv1x1`'s batch norm to its running statistics reports (the convolutional-attention paper
+prints 58.4; docs/results/salton_ptb/findings.md, "The convolutional paper's 58.4 and the
+batch-norm leak").
 
 `conv1x1` normalises its convolved memory with a batch norm, BN(x) = gamma (x - mu) / sqrt(var
 + eps) + beta. Evaluation (`statistics="running"`, what this project reports) takes mu and var

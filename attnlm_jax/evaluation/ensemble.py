@@ -67,7 +67,8 @@ def check_weights(weights: Sequence, num_models: int) -> np.ndarray:
     values = np.asarray([float(w) for w in weights], np.float64)
   except ValueError as e:
     raise EnsembleError(message) from e
-  if len(values) != num_models or np.any(values < 0) or abs(values.sum() - 1) > 1e-6:
+  if (len(values) != num_models or not np.all(np.isfinite(values)) or np.any(values < 0)
+      or abs(values.sum() - 1) > 1e-6):
     raise EnsembleError(message)
   return values
 

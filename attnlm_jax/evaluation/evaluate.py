@@ -42,7 +42,7 @@ class TrainedModel:
   def data(self) -> data_lib.LMData:
     """The model's corpus in its vocabulary (with its tagger's tags for POS-tag inputs),
     loaded on first use and shared by every evaluation of this model."""
-    return data_lib.load(self.config.data, self.vocab, tagging.corpus_tags(self.config.data))
+    return data_lib.load(self.config.data, self.vocab, tagging.corpus_tags(self.config))
 
   def released_count(self, split: str) -> int:
     """What the released code divides `split`'s perplexity by (`LMData.released_count`)."""

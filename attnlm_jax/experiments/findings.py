@@ -11,9 +11,8 @@ from attnlm_jax.experiments import row_status
 
 TABLE = "salton_ptb"
 PAGE = "findings.md"
-# The printed rows (the papers' names of this project's rows).
-PRINTED = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
-           "average": "Averaging RNN-LM"}
+# The Salton papers' printed rows: score -> the papers' name of the row.
+PRINTED = printed.row_names("ptb", (printed.SALTON_2017, printed.SALTON_2018))
 # label -> the rows a column reads for a printed row ({score} is the printed row's score).
 # The released network's attention is inert, whatever its score: one network for every row.
 COLUMNS = {"paper's recipe here": ("{score}", "{score}_seed1"),

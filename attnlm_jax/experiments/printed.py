@@ -73,6 +73,12 @@ PAPER_RESULTS = (
 )
 
 
+def row_names(corpus: str, papers: Sequence[str]) -> dict[str, str]:
+  """score -> the paper's name of its printed row, for the rows of `papers` on `corpus`."""
+  return {result.score: result.model for result in PAPER_RESULTS
+          if result.corpus == corpus and result.paper in papers}
+
+
 def paper_result(corpus: str, model: str) -> PaperResult:
   """The row of PAPER_RESULTS printed for `model` (the paper's name) on `corpus`."""
   for result in PAPER_RESULTS:

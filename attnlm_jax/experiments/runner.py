@@ -243,13 +243,7 @@ def _tagger_tokens(config: ml_collections.ConfigDict) -> int:
   Raises:
     TaggerError: its files are missing.
   """
-  sentences = tagger_corpora.read_conll(epath.Path(config.data.data_dir) / "train.txt",
-                                config.data.drop_punctuation)
-  sentences = sentences[:config.data.max_train_sentences or None]
-  if config.data.get("treebank_dir"):
-    sentences += tagger_corpora.read_treebank_pos(config.data.treebank_dir,
-                                          config.data.drop_punctuation)
-  return sum(len(words) for words, _ in sentences)
+  return sum(len(words) for words, _ in tagger_corpora.training_sentences(config.data))
 
 
 def plan_row(row: tables.Row, workdir: epath.Path, config, cache: dict) -> dict:

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from etils import epath
 
 from attnlm_jax.common import errors
+from attnlm_jax.experiments import printed
 
 # Row kinds.
 TRAIN = "train"              # train.train_and_evaluate
@@ -152,12 +153,12 @@ def _salton_table(title: str, config_file: str, corpus: str,
   `seeds` has a second row, SCORE_seed1, with seed 1 for its parameters, dropout and batch
   order; `extra` rows follow; the page compares every row with `none` epoch by epoch, and
   judges the pairs of `comparisons` over every seed of each."""
-  printed = {"single": "Attentive LM, single score", "combined": "Attentive LM, combined score",
-             "average": "Averaging RNN-LM", "conv1x1": "LSTM + 1x1 convolutional attention"}
+  printed_rows = printed.row_names(corpus, (printed.SALTON_2017, printed.SALTON_2018,
+                                             printed.CONV1X1))
   ruled = lambda score: score in stopping_rule
   rows = {score: Row(score, f"{config_file}:score={score}",
                      overrides=dict(STOPPING_RULE) if ruled(score) else {},
-                     paper=(corpus, printed[score]) if score in printed else None,
+                     paper=(corpus, printed_rows[score]) if score in printed_rows else None,
                      note=STOPPING_RULE_NOTE if ruled(score) else "")
           for score in SALTON_SCORES}
   return Table(title, tuple(rows.values()) + tuple(seed_row(rows[score], 1) for score in seeds)

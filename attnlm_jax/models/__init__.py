@@ -21,8 +21,10 @@ from attnlm_jax.models.lm import step
 from attnlm_jax.models.lm import trainable
 from attnlm_jax.models.lm import uses_batch_statistics
 from attnlm_jax.models.lm import validate
+from attnlm_jax.models.lm import visible_slots
 
 __all__ = ["ATTENTION_FORMS", "COMPUTE_DTYPES", "DecodeState", "HEAD", "HIDDEN_STATES",
            "SCORE_FUNCTIONS", "STATS", "apply", "apply_window", "count_params",
            "default_config", "has_output_layer", "has_sentence_attention", "init", "init_state",
-           "init_stream_state", "step", "trainable", "uses_batch_statistics", "validate"]
+           "init_stream_state", "step", "trainable", "uses_batch_statistics", "validate",
+           "visible_slots"]

@@ -57,6 +57,9 @@ def batch_norm(x: jax.Array, valid: jax.Array, stats: dict, train: bool,
                positions: jax.Array):
   """Normalises x [B, T, H] per feature; returns (x_hat, new running stats or None).
 
+  x_hat = (x - mu) / sqrt(var + eps) (Ioffe & Szegedy 2015), with mu and var kept per
+  sentence position, as recurrent batch normalization does (Cooijmans et al. 2017); a
+  running statistic m moves towards each training batch's s as m <- m + (1 - 0.99) (s - m).
   positions [T]: the position in the sentence of each time step (0 for the first word).
   Training: mean and variance of each time step over the rows valid there (`valid` [B, T]);
   the running statistics of each position [P, H] move towards them. Evaluation: the running

@@ -99,7 +99,8 @@ def validate(config) -> None:
   if config.compute_dtype not in COMPUTE_DTYPES:
     raise ConfigError(f"unknown compute_dtype {config.compute_dtype!r} "
                       f"(config.model.compute_dtype); choose one of: {', '.join(COMPUTE_DTYPES)}")
-  for field in ("vocab_size", "hidden_size", "num_layers", "max_len", "score_block_elements"):
+  for field in ("vocab_size", "hidden_size", "num_layers", "max_len", "score_block_elements",
+                "unroll"):
     if config[field] < 1 + (field == "max_len"):
       raise ConfigError(f"config.model.{field} = {config[field]} is too small")
   tape_slots = config.get("tape_slots", 0)
@@ -424,15 +425,15 @@ def _parallel(params, config, score, embedded, lengths, drop, state, need_weight
   memory, num_steps = memory_lib.shifted(outputs), outputs.shape[1]
   if score.streaming and num_steps >= config.streaming_min_len and not need_weights:
     slot_scores = _slot_scores(params, score, memory, cdt)
-    valid = _visible(config, memory_lib.slot_mask(lengths, num_steps, config.zero_slot))
+    valid = visible_slots(config, memory_lib.slot_mask(lengths, num_steps, config.zero_slot))
     return query, memory_lib.prefix_means(slot_scores, memory, valid), None, None
-  mask = _visible(config, memory_lib.causal_mask(lengths, num_steps, config.zero_slot))
+  mask = visible_slots(config, memory_lib.causal_mask(lengths, num_steps, config.zero_slot))
   context, weights = scores.attend_in_blocks(score, params.get("score"), query, memory, mask,
                                              cdt, config.score_block_elements)
   return query, context, weights, None
 
 
-def _visible(config, mask: jax.Array) -> jax.Array:
+def visible_slots(config, mask: jax.Array) -> jax.Array:
   """The slots attention may read: `mask` [..., L], or the zero slot alone under
   `config.memory = "zero_slot"`."""
   return mask & (jnp.arange(mask.shape[-1]) == 0) if _zero_slot_only(config) else mask

@@ -60,7 +60,8 @@ def _update(z: jax.Array, c_prev: jax.Array) -> tuple[LSTMState, jax.Array]:
 
 def cell(layer: dict, gates_x: jax.Array, state: LSTMState,
          compute_dtype=jnp.float32) -> LSTMState:
-  """One LSTM step given the precomputed input gates `x_t W_x + b` [B, 4H]."""
+  """One LSTM step given the precomputed input gates `x_t W_x + b` [B, 4H]: (h_t, c_t) from
+  (h_{t-1}, c_{t-1}) by the module docstring's equations."""
   return _update(gates_x + nn.dot(state.h, layer["w_h"], compute_dtype), state.c)[0]
 
 

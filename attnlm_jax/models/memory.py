@@ -118,8 +118,8 @@ def window_tail(states: jax.Array, mask: jax.Array, capacity: int,
 
 
 class RunningMean(NamedTuple):
-  """The online-softmax summary of the valid slots so far, with m = `max`:
-  total = sum_i exp(e_i - m) [B], weighted = sum_i exp(e_i - m) h_i [B, D]."""
+  """The online-softmax summary (Milakov & Gimelshein 2018) of the valid slots so far, with
+  m = `max`: total = sum_i exp(e_i - m) [B], weighted = sum_i exp(e_i - m) h_i [B, D]."""
   max: jax.Array
   total: jax.Array
   weighted: jax.Array

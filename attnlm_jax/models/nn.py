@@ -88,7 +88,8 @@ def dropout_bytes(rate: float) -> int:
 
 
 def dropout_mask(rng: jax.Array, rate: float, shape: Sequence[int]) -> jax.Array:
-  """Inverted-dropout multiplier: 0 with probability `rate`, else 1 / (1 - rate).
+  """Inverted-dropout multiplier (Srivastava et al. 2014): 0 with probability `rate`, else
+  1 / (1 - rate).
 
   An element keeps when its random unsigned integer of `dropout_bytes(rate)` bytes is at
   least rate * 256**bytes (why: benchmarks/README.md, "Dropout masks").

@@ -35,8 +35,12 @@ def read_conll(path, drop_punctuation: bool = True) -> list[tuple[tuple, tuple]]
                       "or pass --config.data.data_dir=DIR, the directory holding train.txt "
                       "and test.txt")
   sentences, words, tags = [], [], []
-  for line in text_files.read_lines(path, TaggerError) + [""]:
+  for number, line in enumerate(text_files.read_lines(path, TaggerError) + [""], 1):
     fields = line.split()
+    if len(fields) == 1:
+      raise TaggerError(f"{path}: line {number} is {line.strip()!r}, not 'word POS chunk': "
+                        "pass the CoNLL-2000 chunking file (one token per line, a blank line "
+                        "between sentences)")
     if fields:
       if not (drop_punctuation and fields[1] in PUNCTUATION_TAGS):
         words.append(normalize(fields[0]))
@@ -62,7 +66,7 @@ def read_treebank_pos(directory, drop_punctuation: bool = True) -> list[tuple[tu
                       "alone")
   sentences, words, tags = [], [], []
   for path in files:
-    for item in path.read_text().split():
+    for item in text_files.decode(str(path), path.read_bytes(), TaggerError).split():
       word, slash, tag = item.rpartition("/")
       if not slash or not word or item.startswith("====="):
         continue
@@ -100,3 +104,15 @@ def as_lm_text(sentences: list[tuple[tuple, tuple]],
   other word read as `<unk>` (PTB replaced its rare words so; their spelling is lost)."""
   return [(tuple(w if w in words else vocab_lib.UNK for w in sentence), tags)
           for sentence, tags in sentences]
+
+
+def training_sentences(data_config) -> list[tuple[tuple, tuple]]:
+  """The tagger's training sentences: CoNLL-2000's train.txt in `data_config.data_dir` (the
+  first `max_train_sentences`, 0 = all), then the Penn Treebank `.pos` files of
+  `data_config.treebank_dir` ('' = none)."""
+  sentences = read_conll(epath.Path(data_config.data_dir) / "train.txt",
+                         data_config.drop_punctuation)
+  sentences = sentences[:data_config.max_train_sentences or None]
+  if data_config.get("treebank_dir"):
+    sentences += read_treebank_pos(data_config.treebank_dir, data_config.drop_punctuation)
+  return sentences

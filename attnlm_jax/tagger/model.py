@@ -65,16 +65,6 @@ def word_features(word: str, config) -> list[str]:
   return items + ([shape(word)] if config.get("use_shape") else [])
 
 
-def build_vocabulary(sentences: Sequence[Sequence[str]],
-                     min_count: int) -> vocab_lib.Vocabulary:
-  """Items (words or suffixes) seen at least `min_count` times; the others read as <unk>."""
-  counts = collections.Counter(w for s in sentences for w in s)
-  kept = sorted((w for w, n in counts.items()
-                 if n >= min_count and w not in vocab_lib.SPECIALS),
-                key=lambda w: (-counts[w], w))
-  return vocab_lib.Vocabulary(list(vocab_lib.SPECIALS) + kept)
-
-
 def build_tags(sentences: Sequence[Sequence[str]]) -> tuple:
   """The tag list: the specials, then the training tags by decreasing count."""
   counts = collections.Counter(t for s in sentences for t in s)

@@ -108,10 +108,11 @@ def tag_corpus(tagger_dir, corpus: str, split: str,
   return [np.array([index[t] for t in line.split()] + [eos_tag], np.int32) for line in lines]
 
 
-def corpus_tags(data_config: ml_collections.ConfigDict
+def corpus_tags(config: ml_collections.ConfigDict
                 ) -> Optional[Callable[[str, Sequence[Sequence[str]]], list[np.ndarray]]]:
   """What an LM's data reads its tags with (`data.load`'s `tag_source`): `tag_corpus` of the
-  tagger in `data_config.tagger_dir` for `data_config.corpus`, or None without a tagger."""
-  if not data_config.get("tagger_dir"):
+  tagger in `config.data.tagger_dir` for `config.data.corpus`, or None for a model that reads
+  no tags (`config.model.pos_tags` off) or without a tagger."""
+  if not (config.model.get("pos_tags") and config.data.get("tagger_dir")):
     return None
-  return functools.partial(tag_corpus, data_config.tagger_dir, data_config.corpus)
+  return functools.partial(tag_corpus, config.data.tagger_dir, config.data.corpus)

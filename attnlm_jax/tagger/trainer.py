@@ -38,20 +38,15 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   Prints one JSON line per epoch and returns {"test_accuracy", "test_accuracy_unk" (at the
   test words read as `<unk>`; None when none is), "majority_baseline", "num_params", ...}.
   """
-  data_dir = epath.Path(config.data.data_dir)
-  train = corpora.read_conll(data_dir / "train.txt", config.data.drop_punctuation)
-  test = corpora.read_conll(data_dir / "test.txt", config.data.drop_punctuation)
-  if config.data.max_train_sentences:
-    train = train[:config.data.max_train_sentences]
-  if config.data.get("treebank_dir"):
-    train = train + corpora.read_treebank_pos(config.data.treebank_dir,
-                                              config.data.drop_punctuation)
+  train = corpora.training_sentences(config.data)
+  test = corpora.read_conll(epath.Path(config.data.data_dir) / "test.txt",
+                            config.data.drop_punctuation)
   if config.data.get("lm_data_dir"):
     known = corpora.lm_words(config.data.lm_data_dir)
     train, test = corpora.as_lm_text(train, known), corpora.as_lm_text(test, known)
-  words = model_lib.build_vocabulary([w for w, _ in train], config.data.min_count)
-  endings = model_lib.build_vocabulary([model_lib.word_features(w, config.model)
-                              for s, _ in train for w in s], config.data.min_count)
+  words = vocab_lib.Vocabulary.build([w for w, _ in train], config.data.min_count)
+  endings = vocab_lib.Vocabulary.build([model_lib.word_features(w, config.model)
+                                        for s, _ in train for w in s], config.data.min_count)
   tags = model_lib.build_tags([t for _, t in train])
   params = model_lib.init(jax.random.key(config.seed), config.model, len(words), len(endings),
                           len(tags))

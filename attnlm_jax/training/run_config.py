@@ -48,10 +48,14 @@ def check_training(config: ml_collections.ConfigDict) -> None:
   if config.train.min_learning_rate < 0:
     raise ConfigError(f"config.train.min_learning_rate = {config.train.min_learning_rate} "
                       "must be at least 0 (0: no floor)")
-  if config.train.min_learning_rate > config.train.learning_rate:
+  if config.train.lr_decay_divisor <= 0:
+    raise ConfigError(f"config.train.lr_decay_divisor = {config.train.lr_decay_divisor} must be "
+                      "positive: the learning rate is divided by it (2.0 halves it)")
+  first = schedules.epoch_learning_rate(config.train, 1, schedules.PlateauDecay(0.0))
+  if config.train.min_learning_rate > first:
     raise ConfigError(f"config.train.min_learning_rate = {config.train.min_learning_rate} is "
-                      f"above config.train.learning_rate = {config.train.learning_rate}, so no "
-                      "epoch would train: lower it (0: no floor)")
+                      f"above the first epoch's learning rate {first:g}, so no epoch would "
+                      "train: lower it (0: no floor)")
   factor = config.train.head_lr_factor
   if factor <= 0:
     raise ConfigError(f"config.train.head_lr_factor = {factor} must be positive")

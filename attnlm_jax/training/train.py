@@ -55,7 +55,7 @@ def prepare(config: ml_collections.ConfigDict, workdir, vocab=None, data=None):
     data: the LMData to use (None: loaded from config.data with `vocab`).
   """
   if data is None:
-    data = data_lib.load(config.data, vocab, tagging.corpus_tags(config.data))
+    data = data_lib.load(config.data, vocab, tagging.corpus_tags(config))
   for split in ("valid", "test"):
     data.split(split)
   config = run_config.complete(config, len(data.vocab))

@@ -14,6 +14,9 @@ def test_specials_and_frequency_order():
   assert v.words == ["<pad>", "<eos>", "<unk>", "a", "b", "c", "d"]
   assert (PAD_ID, EOS_ID, UNK_ID) == (0, 1, 2)
   assert len(v) == 7
+  # min_count 2 keeps a and b; c and d, seen once, read as <unk>.
+  rare = Vocabulary.build([("b", "a", "c"), ("a", "b", "a"), ("<unk>", "d")], min_count=2)
+  assert rare.words == ["<pad>", "<eos>", "<unk>", "a", "b"]
 
 
 def test_encode_maps_unknown_words_to_unk_and_counts_them():

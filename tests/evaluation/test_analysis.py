@@ -33,18 +33,20 @@ def _data_config() -> ml_collections.ConfigDict:
       "eval_batch_size": 8, "max_len": 35, "bucket": False, "span": "sentence", "seed": 0})
 
 
-def _model(vocab, score: str, seed: int = 0, **params_override) -> evaluate.TrainedModel:
+def _model(vocab, score: str, seed: int = 0, memory: str = "filled",
+           **params_override) -> evaluate.TrainedModel:
   """A random-init TrainedModel on the embedded corpus (1 x 8 units)."""
   config = ml_collections.ConfigDict({"data": _data_config(), "model": models.default_config()})
   config.model.update(vocab_size=len(vocab), hidden_size=8, num_layers=1, score=score,
-                      max_len=12, init_scale=0.5)
+                      max_len=12, init_scale=0.5, memory=memory)
   params = models.init(jax.random.PRNGKey(seed), config.model)
   return evaluate.TrainedModel(config, vocab, {**params, **params_override}, 0)
 
 
-@pytest.mark.parametrize("score", ["combined", "das"])
-def test_drawn_weights_are_the_weights_of_apply(vocab, score, tmp_path):
-  model = _model(vocab, score)
+@pytest.mark.parametrize("score, memory", [("combined", "filled"), ("das", "filled"),
+                                           ("single", "zero_slot")])
+def test_drawn_weights_are_the_weights_of_apply(vocab, score, memory, tmp_path):
+  model = _model(vocab, score, memory=memory)
   attentions = {score: analysis.sentence_attention(model, SENTENCES, score)}
   drawn = analysis.plot_attention(attentions, tmp_path / "attention.png")
   assert (tmp_path / "attention.png").stat().st_size > 0
@@ -60,7 +62,7 @@ def test_drawn_weights_are_the_weights_of_apply(vocab, score, tmp_path):
     np.testing.assert_array_equal(np.isnan(picture), ~mask)        # masked cells blank
     np.testing.assert_allclose(picture[mask], weights[mask], atol=1e-6)
     np.testing.assert_allclose(np.where(mask, weights, 0).sum(-1), 1.0, atol=1e-5)
-    np.testing.assert_array_equal(weights[~mask], 0.0)              # nothing outside the mask
+    np.testing.assert_array_equal(weights > 0, mask)                # every visible slot read
   labels = attentions[score][0].slots
   expected_first = "<eos>" if score == "das" else analysis.ZERO_SLOT_LABEL
   assert labels[0] == expected_first and labels[1] == ("the" if score == "das" else "<eos>")

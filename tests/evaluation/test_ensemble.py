@@ -110,6 +110,7 @@ def test_each_member_loads_its_corpus_once(runs, monkeypatch):
     (["0.7", "0.7"], "must be 2 non-negative numbers summing to 1"),
     (["1"], "must be 2 non-negative numbers summing to 1"),
     (["a", "b"], "must be 2 non-negative numbers summing to 1"),
+    (["nan", "1"], "must be 2 non-negative numbers summing to 1"),
 ])
 def test_bad_weights_are_refused(runs, weights, message):
   with pytest.raises(ensemble.EnsembleError, match=message):

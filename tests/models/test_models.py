@@ -431,6 +431,14 @@ def test_attention_of_a_model_without_attention_is_an_error():
                  return_attention=True)
 
 
+@pytest.mark.parametrize("field, value", [("hidden_size", 0), ("max_len", 1), ("unroll", 0)])
+def test_a_size_below_its_minimum_is_refused_in_one_line(field, value):
+  config = tiny_config("single")
+  config[field] = value
+  with pytest.raises(ConfigError, match=f"config.model.{field} = {value} is too small"):
+    models.init(jax.random.key(0), config)
+
+
 def test_a_memory_of_fewer_than_two_slots_is_refused():
   config = tiny_config("combined")
   with pytest.raises(ConfigError, match="capacity = 1: the memory needs at least 2 slots"):

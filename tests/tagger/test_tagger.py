@@ -52,6 +52,18 @@ def test_read_conll_drops_punctuation_and_normalises(tmp_path):
   assert len(tagger_corpora.read_conll(path, drop_punctuation=False)[0][0]) == 6
 
 
+def test_a_malformed_tagged_file_is_refused_in_one_line(tmp_path):
+  path = tmp_path / "train.txt"
+  path.write_text("He PRP B-NP\nsold\n")
+  with pytest.raises(tagger_corpora.TaggerError,
+                     match=r"train.txt: line 2 is 'sold', not 'word POS chunk'"):
+    tagger_corpora.read_conll(path)
+  (tmp_path / "wsj_0001.pos").write_bytes(b"[ caf\xe9/NN ]\n")      # Latin-1, not UTF-8
+  with pytest.raises(tagger_corpora.TaggerError,
+                     match=r"wsj_0001.pos: byte 0xe9 at offset 5 \(line 1\) is not UTF-8"):
+    tagger_corpora.read_treebank_pos(tmp_path)
+
+
 def test_missing_conll_file_names_the_download_command(tmp_path):
   with pytest.raises(tagger_corpora.TaggerError) as e:
     tagger_corpora.read_conll(tmp_path / "missing" / "train.txt")
@@ -222,9 +234,9 @@ def random_tagger(tmp_path_factory):
   config = tiny_model_config()
   config.update(prefix_lengths=(1, 2), use_shape=True)
   sentences = data_lib.read_split("embedded", "", "train").sentences
-  words = tagger_model.build_vocabulary(sentences, 1)
-  items = tagger_model.build_vocabulary(
-      [tagger_model.word_features(w, config) for s in sentences for w in s], 1)
+  words = data_lib.Vocabulary.build(sentences)
+  items = data_lib.Vocabulary.build(
+      [tagger_model.word_features(w, config) for s in sentences for w in s])
   tags = tagger_model.TAG_SPECIALS + ("DT", "NN", "VBZ", "JJ", "IN")
   params = tagger_model.init(jax.random.key(0), config, len(words), len(items), len(tags))
   params = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(1), x.shape),
@@ -236,7 +248,9 @@ def random_tagger(tmp_path_factory):
 
 def test_lm_batches_carry_the_tag_of_each_input_token(random_tagger):
   config = tiny_config.config(data__tagger_dir=str(random_tagger), data__eval_batch_size=64)
-  lm_data = data_lib.load(config.data, tag_source=tagging.corpus_tags(config.data))
+  assert tagging.corpus_tags(config) is None       # a model without tag inputs tags nothing
+  config.model.pos_tags = True
+  lm_data = data_lib.load(config.data, tag_source=tagging.corpus_tags(config))
   sentences = data_lib.read_split("embedded", "", "valid").sentences
   expected = tagger_model.tag_ids(tagging.load(random_tagger), sentences)
   _, lengths = lm_data.units("valid")

@@ -147,7 +147,9 @@ def test_training_ends_before_an_epoch_below_the_learning_rate_floor(tmp_path):
 
 @pytest.mark.parametrize("field, value, message", [
     ("min_learning_rate", -0.1, "min_learning_rate = -0.1 must be at least 0"),
-    ("min_learning_rate", 5.0, "min_learning_rate = 5.0 is above config.train.learning_rate"),
+    ("min_learning_rate", 5.0, "min_learning_rate = 5.0 is above the first epoch's learning "
+                               "rate 0.5, so no epoch would train"),
+    ("lr_decay_divisor", 0.0, "lr_decay_divisor = 0.0 must be positive"),
     ("lr_schedule", "cosine", "lr_schedule = 'cosine' is not a schedule: use one of epochs, "
                               "plateau"),
     ("lr_plateau_improvement", 1.5, "lr_plateau_improvement = 1.5 must be a fraction"),
@@ -155,6 +157,14 @@ def test_training_ends_before_an_epoch_below_the_learning_rate_floor(tmp_path):
 def test_a_bad_schedule_is_refused_in_one_line(field, value, message):
   config = tiny_config.config(**{f"train__{field}": value})
   with pytest.raises(ConfigError, match=message):
+    run_config.check_training(config)
+
+
+def test_a_floor_above_the_first_epochs_learning_rate_is_refused():
+  """With lr_decay_after = 0 the first epoch already trains at lr / divisor."""
+  config = tiny_config.config(train__learning_rate=1.0, train__lr_decay_after=0,
+                              train__lr_decay_divisor=2.0, train__min_learning_rate=0.6)
+  with pytest.raises(ConfigError, match="above the first epoch's learning rate 0.5"):
     run_config.check_training(config)
 
 
