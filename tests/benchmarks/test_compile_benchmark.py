@@ -11,9 +11,9 @@ import tiny_config
 
 
 def test_compile_benchmark_compiles_every_width_and_shape_both_ways():
-  """The command line gives one JSON line: each mode compiled the same programs, one per
-  training width of epoch 1 and at least one per evaluation shape, and the speedup is the
-  ratio of the medians."""
+  """The command line gives one JSON line: the programs of epoch 1 (one per training width
+  and at least one per evaluation shape; both modes compile the same list), each mode's
+  time, and the speedup, the ratio of their medians."""
   out = subprocess.run(
       [sys.executable, "-m", "benchmarks.compile", "--config=configs/demo.py",
        "--config.model.hidden_size=16", "--config.data.width_multiple=8"],

@@ -305,7 +305,8 @@ def test_gradients_match_the_equations(name):
                                err_msg=jax.tree_util.keystr(path))
 
 
-def test_first_layer_input_holds_the_context_and_the_tags():
+def test_weight_shapes_fit_inputs_of_context_and_tags():
+  """The sizes each weight reads; what the inputs hold is `test_model_matches_numpy_equations`."""
   config = tiny_config("das_lstmn", pos_tags=True)
   params = models.init(jax.random.key(0), config)
   input_size = 2 * (config.hidden_size + config.tag_size)          # [w_t; p_t; w'_t; p'_t]

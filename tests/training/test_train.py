@@ -275,9 +275,9 @@ def test_one_demo_epoch_gives_the_same_perplexity_on_one_and_two_devices(demo_ep
 def test_one_demo_epoch_retrains_the_committed_log(demo_epochs):
   """The 1-device run against the committed log of the same command: every loss and
   perplexity bit for bit on the CPU (model, vector extensions, count) and jax version that
-  wrote the log. Elsewhere the
-  first ten steps' loss agrees to float32 rounding; the later steps drift apart by rounding
-  that the demo's learning rate of 1.0 amplifies (docs/training.md, "Versions of JAX")."""
+  wrote the log. Elsewhere the first ten steps' loss agrees to float32 rounding; the later
+  steps drift apart by rounding that SGD amplifies as it would a change of seed
+  (docs/training.md, "Versions of JAX")."""
   reference, rerun = _records(REFERENCE_LOG), demo_epochs[1][1]
   machine = lambda start: (start["cpu_model"], start["cpu_features"], start["host_cpus"],
                            start["versions"]["jax"], start["versions"]["jaxlib"])
