@@ -149,10 +149,20 @@ def _parse_flags(argv: list[str]) -> list[str]:
     if "Traceback" in message:
       message = f"{message.split(': ')[0]}: {message.strip().splitlines()[-1]}"
     _fail(_plain_type_error(message))
+  except (SyntaxError, NameError, ImportError) as e:  # a file that is not a Python config
+    _fail(f"cannot read {_config_flag(argv)} as a Python config file ({type(e).__name__}: "
+          f"{e}): pass one of configs/*.py")
   except (AttributeError, KeyError) as e:
+    if "get_config" in str(e):
+      _fail(f"{_config_flag(argv)} has no get_config(): pass one of configs/*.py")
     _fail(_unknown_config_key(str(e), argv))
   except (TypeError, ValueError) as e:
     _fail(f"bad --config: {e}")
+
+
+def _config_flag(argv: list[str]) -> str:
+  """The last --config=FILE of `argv` (the one parsed)."""
+  return [a for a in argv[1:] if a.startswith("--config=")][-1]
 
 
 # Python's words for a config override of the wrong type -> what the field expects.
@@ -265,14 +275,9 @@ def _score(config) -> None:
   if not any(line.strip() for line in lines):
     raise errors.UserError(f"--input={path} has no sentence to score (every line is blank): "
                            "give one sentence per line")
+  json_io.check_output(FLAGS.output)
   model = evaluate.load(FLAGS.workdir, config)
-  records = (json_io.dumps(r) + "\n" for r in evaluate.score(model, lines))
-  if FLAGS.output:
-    output = epath.Path(FLAGS.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text("".join(records))
-  else:
-    sys.stdout.writelines(records)
+  json_io.write_records(evaluate.score(model, lines), FLAGS.output)
 
 
 def _generate(config) -> None:

@@ -13,7 +13,9 @@
 # line, so that starting the lane again resumes that row from its checkpoint.
 #
 # SIGTERM or SIGINT to the lane is passed on to the command's whole process group (training
-# saves its step on it), and the lane waits for the command to finish saving.
+# saves its step on it; a group frozen by launch/pause.sh is resumed to do so), and the lane
+# waits until every process of the group has finished saving. The line removed when a command
+# ends is the one that ran, wherever it stands in the queue by then.
 set -u
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -34,9 +36,12 @@ fi
 
 set -m  # each command runs in a process group of its own, which a signal reaches whole
 command_pid=
+stopping=
 stop() {
   if [ -z "$command_pid" ]; then exit 143; fi  # between two commands: nothing to save
+  stopping=1
   kill -TERM -- "-$command_pid" 2>/dev/null
+  kill -CONT -- "-$command_pid" 2>/dev/null  # a paused group saves too
 }
 trap stop TERM INT
 
@@ -53,6 +58,10 @@ while line=$(head -n 1 "$queue") && [ -n "$line" ]; do
     wait "$command_pid"
     status=$?
   done
+  # The line's shell may end before its children: `bash -c "python ... >> log"` forks python.
+  while [ -n "$stopping" ] && kill -0 -- "-$command_pid" 2>/dev/null; do
+    sleep 0.2
+  done
   command_pid=
   log "end ($status): $line"
   if [ "$status" -ne 0 ] && [ "$status" -ne 1 ]; then
@@ -64,7 +73,8 @@ while line=$(head -n 1 "$queue") && [ -n "$line" ]; do
   else
     failures=0
   fi
-  tail -n +2 "$queue" > "$queue.tmp" && mv "$queue.tmp" "$queue"
+  LINE=$line awk '!done && $0 == ENVIRON["LINE"] { done = 1; next } 1' "$queue" > "$queue.tmp" \
+    && mv "$queue.tmp" "$queue"
   if [ "$failures" -ge 2 ]; then
     log "stopped: two commands in a row failed (is the environment the rows train in active?); their lines are in $queue.failed"
     echo "error: two commands in a row failed; their lines are in $queue.failed (is the rows' environment, e.g. .venv, active?)" >&2

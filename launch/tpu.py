@@ -284,9 +284,20 @@ def install_commands(spec: LaunchSpec) -> list[list[str]]:
   """Puts the project in `remote_dir` on every worker and installs it with jax[tpu].
 
   The TPU images ship Python 3.10 and jax 0.10 needs 3.11 or later, so the project goes into
-  a virtualenv `remote_dir/.venv` with a Python that uv downloads.
+  a virtualenv `remote_dir/.venv` with a Python that uv downloads. Installing again replaces
+  `remote_dir`, so a worker refuses while its training runs, or while `remote_dir` holds the
+  run of a relative local --workdir.
   """
   directory = spec.remote_dir
+  quoted = shlex.quote(directory)
+  guards = [f'if [ -f {quoted}/{TRAIN_PID} ] && kill -0 "$(cat {quoted}/{TRAIN_PID})" '
+            f'2>/dev/null; then echo "training is running on $(hostname): wait for it '
+            f'(--steps=logs) before installing again" >&2; exit 1; fi']
+  if not is_gcs(spec.workdir) and not posixpath.isabs(spec.workdir):
+    run = shlex.quote(posixpath.join(directory, spec.workdir))
+    guards.append(f'if [ -e {run} ]; then echo "{run} on $(hostname) holds a run that '
+                  f'installing again would delete: fetch it (--steps=fetch) and move it '
+                  f'aside, or train without install (--steps=train,logs)" >&2; exit 1; fi')
   copies = []
   if spec.source == "git":
     get_source = [shlex.join(["rm", "-rf", directory]),
@@ -306,7 +317,7 @@ def install_commands(spec: LaunchSpec) -> list[list[str]]:
       f"{_UV} pip install --quiet --python {shlex.quote(posixpath.join(venv, 'bin', 'python'))}"
       f" -e {shlex.quote(directory + '[gcs]')} {shlex.quote(spec.jax_spec)}",
   ]
-  return copies + [_ssh(spec, "all", " && ".join(get_source + setup))]
+  return copies + [_ssh(spec, "all", "; ".join(guards + [" && ".join(get_source + setup)]))]
 
 
 def train_argv(spec: LaunchSpec) -> list[str]:

@@ -220,13 +220,21 @@ def test_divergence_stops_in_one_line_and_a_smaller_lr_resumes(copy):
 
 @pytest.mark.parametrize("flags, message", [
     (("--mode=generate", "--temperature=-1"), "--temperature"),
+    (("--mode=generate", "--temperature=inf"), "temperature inf is not a number from 0"),
+    (("--mode=generate", "--temperature=nan"), "temperature nan is not a number from 0"),
     (("--mode=generate", "--num_tokens=-5"), "--num_tokens"),
     (("--mode=generate", "--num_tokens=0"), "--num_tokens"),
     (("--mode=score", "--input=empty.txt"), "has no sentence to score"),
     (("--mode=score", "--input=missing.txt"), "not found"),
+    (("--mode=score", "--input=one.txt", "--output=out"), "/out is a directory: name a file"),
+    (("--mode=evaluate", "--cache=10", "--cache_theta=inf"), "--cache_theta=inf must be a"),
+    (("--mode=rescore", "--input=one.txt", "--word_penalty=nan"),
+     "--word_penalty=nan must be a finite number"),
 ])
 def test_bad_arguments_are_one_line(trained, flags, message):
   (trained / "empty.txt").write_text("\n  \n")
+  (trained / "one.txt").write_text("the dog runs\n")
+  (trained / "out").mkdir(exist_ok=True)
   line = _error_line(tiny_config.run_main(*flags, "--workdir=runs/tiny", cwd=trained, check=False))
   assert message in line
 

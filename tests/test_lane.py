@@ -89,6 +89,45 @@ def test_sigterm_reaches_the_running_command_and_the_lane_waits_for_it(tmp_path)
   assert not (tmp_path / "never_run").exists()
 
 
+def test_the_lane_waits_for_a_child_that_outlives_the_lines_shell(tmp_path):
+  """A line with a redirection makes its shell fork the command (as `python ... >> log` does):
+  the shell dies of SIGTERM at once, the command it started still saves."""
+  saving = ("sh -c 'trap \"sleep 0.5; echo saved > saved; exit 143\" TERM; touch started; "
+            "while true; do sleep 0.1; done' >> row.log 2>&1")
+  _write_queue(tmp_path, saving)
+  lane = subprocess.Popen(["bash", str(LANE), str(tmp_path), str(tmp_path)])
+  _wait_for(tmp_path / "started")
+  lane.send_signal(signal.SIGTERM)
+  assert lane.wait(timeout=30) == 143
+  assert (tmp_path / "saved").read_text() == "saved\n"
+  assert _queue(tmp_path) == [saving]
+
+
+def test_the_line_removed_is_the_one_that_ran_when_the_queue_changed_meanwhile(tmp_path):
+  # The running line puts another before itself, as a campaign reordering its queue does.
+  reorder = "{ echo 'echo first >> order'; cat queue; } > queue.new && mv queue.new queue"
+  _write_queue(tmp_path, reorder, "echo last >> order")
+  result = subprocess.run(["bash", str(LANE), str(tmp_path), str(tmp_path)], timeout=30)
+  assert result.returncode == 0
+  assert (tmp_path / "order").read_text().splitlines() == ["first", "last"]
+  assert _queue(tmp_path) == []
+  assert [e for e in _log_events(tmp_path) if e.startswith("start")] == [
+      f"start: {reorder}", "start: echo first >> order", "start: echo last >> order"]
+
+
+def test_a_paused_row_still_saves_when_the_lane_is_stopped(tmp_path):
+  saving = ("trap 'sleep 0.5; echo saved > saved; exit 143' TERM; touch started; "
+            "while true; do sleep 0.1; done")
+  _write_queue(tmp_path, saving)
+  lane = subprocess.Popen(["bash", str(LANE), str(tmp_path), str(tmp_path)])
+  _wait_for(tmp_path / "started")
+  subprocess.run(["bash", str(PAUSE), str(tmp_path), "stop"], check=True, timeout=30)
+  assert _process_state(lane.pid) != "T"              # the lane is left running
+  lane.send_signal(signal.SIGTERM)
+  assert lane.wait(timeout=30) == 143
+  assert (tmp_path / "saved").read_text() == "saved\n"
+
+
 def test_a_missing_queue_is_a_one_line_error(tmp_path):
   result = subprocess.run(["bash", str(LANE), str(tmp_path)], capture_output=True, text=True,
                           timeout=30)
@@ -108,17 +147,19 @@ def test_pause_freezes_and_resumes_the_processes_that_name_the_run_directory(tmp
   # `bash -c SCRIPT NAME` shows NAME on its command line, as training shows its --workdir.
   named = subprocess.Popen(["bash", "-c", "while true; do sleep 0.05; done", str(run_dir / "row")])
   other = subprocess.Popen(["bash", "-c", "while true; do sleep 0.05; done", str(tmp_path / "x")])
+  sibling = subprocess.Popen(["bash", "-c", "while true; do sleep 0.05; done",
+                              f"{run_dir}_old/row"])     # another directory, a longer name
   try:
     subprocess.run(["bash", str(PAUSE), str(run_dir), "stop"], check=True, timeout=30)
     time.sleep(0.2)
     assert _process_state(named.pid) == "T"
-    assert _process_state(other.pid) != "T"
+    assert _process_state(other.pid) != "T" and _process_state(sibling.pid) != "T"
     subprocess.run(["bash", str(PAUSE), str(run_dir), "cont"], check=True, timeout=30)
     time.sleep(0.2)
     assert _process_state(named.pid) != "T"
     assert _log_events(run_dir) == ["pause.sh stop", "pause.sh cont"]
   finally:
-    for process in (named, other):
+    for process in (named, other, sibling):
       os.kill(process.pid, signal.SIGCONT)
       process.kill()
       process.wait()

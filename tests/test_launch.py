@@ -310,6 +310,30 @@ def test_install_script_clones_the_ref_and_installs_into_a_venv(tmp_path):
       "jax[tpu]>=0.10.2,<0.13"]
 
 
+def test_installing_again_keeps_a_local_run_and_a_running_job(tmp_path):
+  home = tmp_path
+  run = home / "attnlm_jax" / "runs" / "demo"
+  run.mkdir(parents=True)
+  (run / "metrics.jsonl").write_text("{}\n")
+  (install,) = _dry_run(*(f"--{k}={v}" for k, v in GOOD.items() if k != "workdir"),
+                        "--workdir=runs/demo", "--steps=install")
+  result = _run_remote(_option(install, "--command"), home)
+  assert result.returncode == 1
+  assert "attnlm_jax/runs/demo on" in result.stderr and "--steps=fetch" in result.stderr
+  assert (run / "metrics.jsonl").read_text() == "{}\n"         # nothing deleted
+  (run / "metrics.jsonl").unlink()
+  run.rmdir()
+  sleeper = subprocess.Popen(["sleep", "30"])
+  try:
+    (home / "attnlm_jax" / "train.pid").write_text(f"{sleeper.pid}\n")
+    result = _run_remote(_option(install, "--command"), home)
+    assert result.returncode == 1 and "training is running on" in result.stderr
+    assert (home / "attnlm_jax" / "train.pid").exists()
+  finally:
+    sleeper.kill()
+    sleeper.wait()
+
+
 def test_train_and_logs_scripts_detach_the_job_and_report_its_status(tmp_path):
   home = tmp_path
   python = home / "attnlm_jax" / ".venv" / "bin" / "python"

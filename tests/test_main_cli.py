@@ -206,6 +206,23 @@ def test_user_errors_are_one_line_and_write_nothing(workdir, flag, message):
 
 
 
+@pytest.mark.parametrize("content, message", [
+    ('{"model": {"dropout": true}}', "as a Python config file (NameError: name 'true' is not"),
+    ("just some notes\n", "as a Python config file (SyntaxError: invalid syntax"),
+    ("CONFIG = 1\n", "has no get_config(): pass one of configs/*.py"),
+])
+def test_a_config_file_that_is_not_a_config_is_one_line(tmp_path, content, message):
+  config = tmp_path / "config.json"
+  config.write_text(content)
+  result = tiny_config.run_main(f"--config={config}", f"--workdir={tmp_path / 'run'}",
+                                check=False)
+  lines = result.stderr.strip().splitlines()
+  assert result.returncode == 1 and len(lines) == 1, result.stderr[-2000:]
+  assert lines[0].startswith(f"error: cannot read --config={config}" if "Python" in message
+                             else f"error: --config={config}") and message in lines[0]
+  assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("mode, message", [
     ("train", "--mode=train needs --config=configs/NAME.py"),
     ("train_tagger", "--mode=train_tagger needs --config=configs/NAME.py"),

@@ -1,9 +1,15 @@
 """JSON that stays standard (RFC 8259) when a number is not finite: `dumps` writes an infinite
-perplexity as the string "inf" (and "-inf", "nan"), `loads` reads them back as floats."""
+perplexity as the string "inf" (and "-inf", "nan"), `loads` reads them back as floats;
+`write_records` writes such JSON lines to a file the user names, or to stdout."""
 
 import json
 import math
-from typing import Any
+import sys
+from typing import Any, Iterable, Optional
+
+from etils import epath
+
+from attnlm_jax.common.errors import UserError
 
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -39,3 +45,24 @@ def loads(text: str) -> Any:
   """What `dumps` wrote: its strings "inf", "-inf" and "nan" as floats. For files of
   results only: a string value that is one of those names becomes a float."""
   return _numbers(json.loads(text))
+
+
+def check_output(output: Optional[str]) -> None:
+  """UserError when --output names a directory (checked before the work that fills it)."""
+  if output and epath.Path(output).is_dir():
+    raise UserError(f"--output={output} is a directory: name a file in it, e.g. "
+                    f"--output={epath.Path(output) / 'scores.jsonl'}")
+
+
+def write_records(records: Iterable[dict], output: Optional[str]) -> None:
+  """One `dumps` line per record into the file `output` (its directory made), or stdout."""
+  lines = (dumps(record) + "\n" for record in records)
+  if not output:
+    sys.stdout.writelines(lines)
+    return
+  path = epath.Path(output)
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines))
+  except OSError as e:
+    raise UserError(f"cannot write --output={output}: {e.strerror or e}") from None

@@ -242,11 +242,16 @@ def download(corpus: str, data_dir=None, mirror: str = "") -> dict:
       of the same names.
   """
   spec, title = SPECS[corpus], locations.CORPORA[corpus].title
+  if mirror and "://" not in mirror:
+    raise DownloadError(f"--mirror={mirror} is not a URL: use file://{os.path.abspath(mirror)} "
+                        "for a local copy, or http(s)://HOST/PATH")
   root = str(locations.data_root() if data_dir is None else data_dir)
   if "://" in root:
     raise DownloadError(f"data directory {root} is not local: download into a local "
                         "--data_dir and copy the files there")
   root = pathlib.Path(root).expanduser().absolute()
+  if root.exists() and not root.is_dir():
+    raise DownloadError(f"data directory {root} is a file: pass a directory as --data_dir")
   target = root / locations.CORPORA[corpus].subdir
   result = {"corpus": corpus, "directory": str(target), "files": list(spec.files)}
   if any((target / name).exists() for name in spec.files):
@@ -258,7 +263,11 @@ def download(corpus: str, data_dir=None, mirror: str = "") -> dict:
     print(f"{title}: already in {target} (checksums verified), nothing downloaded",
           file=sys.stderr)
     return {**result, "downloaded": False}
-  root.mkdir(parents=True, exist_ok=True)
+  try:
+    root.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise DownloadError(f"cannot create data directory {root}: {e.strerror or e}; pass a "
+                        "writable --data_dir") from None
   failures = []
   with tempfile.TemporaryDirectory(dir=root, prefix=f".download-{corpus}-") as staging:
     for number, source in enumerate(spec.sources):

@@ -10,6 +10,7 @@ import functools
 import gzip
 import json
 import math
+import zlib
 from typing import Mapping, Optional, Sequence
 
 from etils import epath
@@ -32,7 +33,9 @@ from attnlm_jax.models import scores
 
 ANALYSIS_DIR = "analysis"
 AGREEMENT_FILE = "agreement.jsonl.gz"
-PROBE_KEYS = ("prefix", "correct", "wrong", "distance", "attractors")
+# The fields of a probe item and their types.
+PROBE_TYPES = {"prefix": str, "correct": str, "wrong": str, "distance": int, "attractors": int}
+PROBE_KEYS = tuple(PROBE_TYPES)
 ZERO_SLOT_LABEL = "h0=0"
 # Tokens (rows x width) per forward pass, and the shortest time axis. All passes of one
 # `forward` call have the same power-of-two width and rows, so each compiles once per model.
@@ -331,8 +334,13 @@ def read_probe(path) -> list[dict]:
     raise AnalysisError(f"probe file {path} not found: pass a JSONL file of "
                         "{\"prefix\", \"correct\", \"wrong\", \"distance\", \"attractors\"}")
   raw = path.read_bytes()
-  text = text_files.decode(str(path), gzip.decompress(raw) if str(path).endswith(".gz") else raw,
-                           AnalysisError)
+  if str(path).endswith(".gz"):
+    try:
+      raw = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as e:
+      raise AnalysisError(f"{path} is not a whole gzip file ({e}): gzip it again, or drop "
+                          "the .gz from its name if it is plain text") from None
+  text = text_files.decode(str(path), raw, AnalysisError)
   items = []
   for number, line in enumerate(text_files.split_lines(text), 1):
     if not line.strip():
@@ -346,6 +354,12 @@ def read_probe(path) -> list[dict]:
     if missing:
       raise AnalysisError(f"{path} line {number} lacks {', '.join(missing)}: every line "
                           f"needs {', '.join(PROBE_KEYS)}")
+    wrong_type = [key for key, kind in PROBE_TYPES.items()
+                  if not isinstance(item[key], kind) or isinstance(item[key], bool)]
+    if wrong_type:
+      raise AnalysisError(f"{path} line {number}: {', '.join(wrong_type)} of the wrong type "
+                          "(prefix, correct and wrong are strings, distance and attractors "
+                          "whole numbers)")
     items.append(item)
   if not items:
     raise AnalysisError(f"probe file {path} holds no items: write one JSON object per line")
@@ -505,6 +519,8 @@ def analyze(trained: Mapping[str, evaluate.TrainedModel], out_dir, *,
     {"files": written file names, "entropy": {label: means}, "probe": {name: {label:
      accuracy}}}.
   """
+  for model in trained.values():   # every analysis reads a sentence from its start symbol
+    model.check_every_token("analysis")
   out_dir = epath.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   first = next(iter(trained.values()))

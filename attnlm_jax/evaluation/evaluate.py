@@ -258,6 +258,10 @@ def generate(model: TrainedModel, prompt: str, num_tokens: int, temperature: flo
   Returns:
     The sampled words (`<eos>` included where sentences end).
   """
+  model.check_every_token("sampling")
+  if not 0 <= temperature < float("inf"):
+    raise errors.UserError(f"temperature {temperature} is not a number from 0 (greedy) up: "
+                           "pass --temperature=1.0 to sample from the model as trained")
   config = model.config.model
   capacity = len(prompt.split()) + num_tokens + 1
   step_fn = jax.jit(lambda params, state, token, tag: models.step(params, config, state,

@@ -8,14 +8,13 @@ Moses, Kaldi), references and word error rates: docs/testtime.md, "n-best rescor
 """
 
 import dataclasses
-import json
 import math
-import sys
 from typing import Iterable, Optional, Sequence
 
 from etils import epath
 import numpy as np
 
+from attnlm_jax.common import json_io
 from attnlm_jax.common import text_files
 from attnlm_jax.common.errors import UserError
 from attnlm_jax.evaluation import evaluate
@@ -356,6 +355,9 @@ def run(workdir, nbest_path, references_path: Optional[str] = None,
   if nbest_path is None:
     raise RescoringError("--mode=rescore needs --input=NBEST (docs/testtime.md gives the "
                          "formats)")
+  for flag, value in (("word_penalty", word_penalty), ("acoustic_scale", acoustic_scale)):
+    if not math.isfinite(value):
+      raise RescoringError(f"--{flag}={value} must be a finite number")
   nbest_path = epath.Path(nbest_path)
   if nbest_path.is_dir():
     hypotheses, file_format = parse_kaldi(nbest_path, acoustic_scale), KALDI
@@ -366,16 +368,11 @@ def run(workdir, nbest_path, references_path: Optional[str] = None,
     references = parse_references(_read_lines(epath.Path(references_path), "--references"),
                                   str(references_path), (h.utterance for h in hypotheses))
   weight = _lm_weight(lm_weight, references is not None)
+  json_io.check_output(output)
   model = evaluate.load(workdir, config)
   lists, summary = rescore(hypotheses, lm_log_probs(model, [h.text for h in hypotheses]),
                            references, weight, word_penalty)
-  records = (json.dumps(record) + "\n" for record in _records(lists))
-  if output:
-    output = epath.Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text("".join(records))
-  else:
-    sys.stdout.writelines(records)
+  json_io.write_records(_records(lists), output)
   return {"input": str(nbest_path), "format": file_format,
           "output": str(output) if output else None, "lists": len(lists),
           "hypotheses": len(hypotheses),

@@ -39,11 +39,18 @@ def save(tagger: model_lib.Tagger, workdir, metrics: dict) -> None:
 
 
 def _read_meta(workdir: epath.Path) -> dict:
-  """The `tagger.json` of `workdir`; corpora.TaggerError when there is none."""
+  """The `tagger.json` of `workdir`; corpora.TaggerError when there is none, when it cannot
+  be read, or when its parameters file is missing."""
   if not (workdir / META_FILE).exists():
     raise corpora.TaggerError(f"no tagger in {workdir}: train one with --mode=train_tagger "
                               f"--config=configs/tagger.py --workdir={workdir}")
-  return json.loads((workdir / META_FILE).read_text())
+  damaged = "train it again into a new --workdir (--mode=train_tagger --config=configs/tagger.py)"
+  if not (workdir / PARAMS_FILE).exists():
+    raise corpora.TaggerError(f"the tagger in {workdir} has no {PARAMS_FILE}: {damaged}")
+  try:
+    return json.loads((workdir / META_FILE).read_text())
+  except ValueError as e:
+    raise corpora.TaggerError(f"{workdir / META_FILE} cannot be read ({e}): {damaged}") from None
 
 
 def num_tags(data_config: ml_collections.ConfigDict) -> int:

@@ -38,9 +38,21 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   Prints one JSON line per epoch and returns {"test_accuracy", "test_accuracy_unk" (at the
   test words read as `<unk>`; None when none is), "majority_baseline", "num_params", ...}.
   """
+  if (epath.Path(workdir) / tagging.META_FILE).exists():
+    raise corpora.TaggerError(f"{workdir} already holds a trained tagger, which the models "
+                              "trained on its tags need: pass a new --workdir (or remove "
+                              f"{workdir} to train it again)")
+  for name, value in (("train.num_epochs", config.train.num_epochs),
+                      ("data.batch_size", config.data.batch_size)):
+    if value < 1:
+      raise corpora.TaggerError(f"config.{name} = {value} must be at least 1")
   train = corpora.training_sentences(config.data)
   test = corpora.read_conll(epath.Path(config.data.data_dir) / "test.txt",
                             config.data.drop_punctuation)
+  for split, sentences in (("train", train), ("test", test)):
+    if not sentences:
+      raise corpora.TaggerError(f"no tagged {split} sentences in {config.data.data_dir}: "
+                                f"pass the CoNLL-2000 files (train.txt, test.txt) there")
   if config.data.get("lm_data_dir"):
     known = corpora.lm_words(config.data.lm_data_dir)
     train, test = corpora.as_lm_text(train, known), corpora.as_lm_text(test, known)

@@ -12,6 +12,7 @@ docs/testtime.md, "The neural cache".
 """
 
 import functools
+import math
 from typing import Optional
 
 import jax
@@ -118,9 +119,9 @@ def check(size: int, theta: Optional[float], lam: Optional[float],
   if size < 1:
     raise CacheError(f"--cache={size}: the cache size must be at least 1 (pairs of a hidden "
                      "state and the next word)")
-  if theta is not None and not theta >= 0:
-    raise CacheError(f"--cache_theta={theta} must be >= 0 (or omitted to search it on "
-                     f"{FIT_SPLIT})")
+  if theta is not None and not 0 <= theta < math.inf:
+    raise CacheError(f"--cache_theta={theta} must be a number >= 0 (or omitted to search it "
+                     f"on {FIT_SPLIT})")
   if lam is not None and not 0 <= lam < 1:
     raise CacheError(f"--cache_lambda={lam} must be in [0, 1) (or omitted to search it on "
                      f"{FIT_SPLIT})")

@@ -1,5 +1,7 @@
 """A run's config made whole: the sizes its vocabulary and its POS tagger decide, then checked."""
 
+import math
+
 import jax
 import ml_collections
 
@@ -36,9 +38,12 @@ def check_training(config: ml_collections.ConfigDict) -> None:
   for field in ("num_epochs", "patience", "log_every_steps", "lr_plateau_patience"):
     if config.train[field] < 1:
       raise ConfigError(f"config.train.{field} = {config.train[field]} must be at least 1")
-  if config.train.learning_rate <= 0:
+  if not 0 < config.train.learning_rate < math.inf:
     raise ConfigError(f"config.train.learning_rate = {config.train.learning_rate} must be "
-                      "positive")
+                      "a positive number")
+  if not 0 < config.train.grad_clip < math.inf:
+    raise ConfigError(f"config.train.grad_clip = {config.train.grad_clip} must be a positive "
+                      "number: the largest global norm of a step's gradient (the papers' 5.0)")
   if config.train.lr_schedule not in schedules.SCHEDULES:
     raise ConfigError(f"config.train.lr_schedule = {config.train.lr_schedule!r} is not a "
                       f"schedule: use one of {', '.join(schedules.SCHEDULES)}")

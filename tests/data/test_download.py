@@ -255,6 +255,16 @@ def test_other_files_in_place_are_refused_and_kept(server, tmp_path):
   assert server.requests == []
 
 
+def test_a_mirror_without_a_scheme_and_a_data_root_that_is_a_file_are_one_line(tmp_path):
+  with pytest.raises(download.DownloadError, match=rf"--mirror=copies is not a URL: use "
+                     rf"file://{os.getcwd()}/copies for a local copy"):
+    download.download("ptb", tmp_path, mirror="copies")
+  (tmp_path / "file").write_text("")
+  with pytest.raises(download.DownloadError, match=r"data directory .*/file is a file"):
+    download.download("ptb", tmp_path / "file")
+  assert (tmp_path / "file").read_text() == ""
+
+
 def test_mirror_url_keeps_host_and_path():
   url = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-v1.zip"
   assert download.mirror_url(url, "") == url

@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 
 from attnlm_jax import data as data_lib
+from attnlm_jax.common import errors
 from attnlm_jax.data import grammar
 from attnlm_jax.evaluation import analysis
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import runs
 from attnlm_jax import models
+
+import tiny_config
 
 SENTENCES = ("the keys to the old cabinet are on the table",
              "the dog that the cats chase runs")
@@ -171,6 +174,14 @@ def test_read_probe_errors(tmp_path):
     analysis.read_probe(str(path))
   with pytest.raises(analysis.AnalysisError, match="not found"):
     analysis.read_probe(str(tmp_path / "missing.jsonl"))
+  path.write_text('{"prefix": 3, "correct": "runs", "wrong": "run", "distance": 2.5, '
+                  '"attractors": 0}\n')
+  with pytest.raises(analysis.AnalysisError, match=r"line 1: prefix, distance of the wrong type"):
+    analysis.read_probe(str(path))
+  gz = tmp_path / "plain.jsonl.gz"
+  gz.write_text('{"prefix": "the dog"}\n')                   # named .gz, not gzipped
+  with pytest.raises(analysis.AnalysisError, match=r"plain.jsonl.gz is not a whole gzip file"):
+    analysis.read_probe(str(gz))
 
 
 def test_analyze_writes_its_files(vocab, tmp_path):
@@ -227,3 +238,16 @@ def test_results_table_sets_runs_beside_the_papers(tmp_path):
   assert (tmp_path / "table.png").stat().st_size > 0
   with pytest.raises(runs.RunError, match="not the --workdir of a training run"):
     runs.read_run(tmp_path)
+
+
+def test_a_model_trained_without_a_start_symbol_is_refused_by_what_reads_from_one(tmp_path):
+  """Sampling, scoring and the analyses feed `<eos>` first, which a model trained with
+  `data.start_symbol=False` (the released code's rows) never read."""
+  model = tiny_config.untrained_model(data__bucket=False, data__start_symbol=False)
+  for method, call in (
+      ("sampling", lambda: evaluate.generate(model, "the", 3, 1.0, 0)),
+      ("scoring", lambda: list(evaluate.score(model, ["the dog runs"]))),
+      ("analysis", lambda: analysis.analyze({"released": model}, tmp_path / "out"))):
+    with pytest.raises(errors.UserError, match=f"^{method} needs every token predicted"):
+      call()
+  assert not (tmp_path / "out").exists()

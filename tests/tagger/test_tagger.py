@@ -230,8 +230,46 @@ def test_the_command_line_ends_with_the_saved_accuracy(shared_data, tmp_path):
   lines = done.stdout.splitlines()
   assert json.loads(lines[0])["epoch"] == 1
   last = json.loads(lines[-1])
-  assert last == json.loads((workdir / "tagger.json").read_text())["metrics"]
+  saved = (workdir / "tagger.json").read_text()
+  assert last == json.loads(saved)["metrics"]
   assert 0.0 < last["test_accuracy"] <= 1.0
+  again = subprocess.run(done.args, cwd=tiny_config.REPO, capture_output=True, text=True,
+                         timeout=300)
+  assert again.returncode == 1
+  assert again.stderr.strip().splitlines() == [
+      f"error: {workdir} already holds a trained tagger, which the models trained on its "
+      f"tags need: pass a new --workdir (or remove {workdir} to train it again)"]
+  assert (workdir / "tagger.json").read_text() == saved          # the tagger is kept
+
+
+@pytest.mark.parametrize("train_text, override, message", [
+    ("\n\n", {}, "no tagged train sentences in"),
+    ("He PRP B-NP\n", {"data.batch_size": 0}, "config.data.batch_size = 0 must be at least 1"),
+    ("He PRP B-NP\n", {"train.num_epochs": 0}, "config.train.num_epochs = 0 must be at least 1")])
+def test_a_tagger_that_could_not_train_is_refused_in_one_line(tmp_path, train_text, override,
+                                                              message):
+  (tmp_path / "train.txt").write_text(train_text)
+  (tmp_path / "test.txt").write_text("He PRP B-NP\n")
+  config = CONFIG()
+  config.data.data_dir = str(tmp_path)
+  config.data.treebank_dir = ""
+  for key, value in override.items():
+    section, field = key.split(".")
+    config[section][field] = value
+  with pytest.raises(tagger_corpora.TaggerError, match=message):
+    tagger_trainer.train_tagger(config, tmp_path / "tagger")
+  assert not (tmp_path / "tagger").exists()
+
+
+def test_a_damaged_tagger_is_a_one_line_error(random_tagger, tmp_path):
+  broken = tmp_path / "tagger"
+  shutil.copytree(random_tagger, broken)
+  (broken / tagging.META_FILE).write_text('{"config": ')             # cut short
+  with pytest.raises(tagger_corpora.TaggerError, match=r"tagger.json cannot be read"):
+    tagging.load(broken)
+  (broken / tagging.PARAMS_FILE).unlink()
+  with pytest.raises(tagger_corpora.TaggerError, match=r"has no tagger.msgpack: train it again"):
+    tagging.load(broken)
 
 
 def test_missing_tagger_is_a_one_line_error(tmp_path):

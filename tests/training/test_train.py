@@ -150,6 +150,9 @@ def test_training_ends_before_an_epoch_below_the_learning_rate_floor(tmp_path):
     ("min_learning_rate", 5.0, "min_learning_rate = 5.0 is above the first epoch's learning "
                                "rate 0.5, so no epoch would train"),
     ("lr_decay_divisor", 0.0, "lr_decay_divisor = 0.0 must be positive"),
+    ("learning_rate", float("nan"), "learning_rate = nan must be a positive number"),
+    ("grad_clip", 0.0, "grad_clip = 0.0 must be a positive number"),
+    ("grad_clip", -5.0, "grad_clip = -5.0 must be a positive number"),
     ("lr_schedule", "cosine", "lr_schedule = 'cosine' is not a schedule: use one of epochs, "
                               "plateau"),
     ("lr_plateau_improvement", 1.5, "lr_plateau_improvement = 1.5 must be a fraction"),
