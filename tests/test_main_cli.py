@@ -139,6 +139,23 @@ def test_evaluate_prints_one_json_object_last(valid_result):
   assert 1 < valid_result["perplexity_paper_convention"] < valid_result["perplexity"]
 
 
+def test_evaluate_with_a_config_of_another_network_is_refused_and_of_another_form_agrees(
+    workdir, valid_result):
+  """--config may change how the trained network is computed (attention_form), not which
+  network it is (head_activation, the first input)."""
+  evaluate = ("--mode=evaluate", f"--workdir={workdir}")
+  for flag, message in (
+      ("--config.model.head_activation=linear", "model.head_activation is tanh there, linear"),
+      ("--config.data.start_symbol=false", "data.start_symbol is True there, False here")):
+    result = tiny_config.run_main(*evaluate, *tiny_config.flags(), flag, check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stderr[-2000:]
+    assert "was trained as another network (" in lines[0] and message in lines[0]
+  scan = tiny_config.run_main(*evaluate, *tiny_config.flags(), "--config.model.attention_form=scan")
+  assert json.loads(scan.stdout.splitlines()[-1])["perplexity"] == pytest.approx(
+      valid_result["perplexity"], rel=1e-5)
+
+
 def test_score_log_probs_sum_to_the_evaluate_nll(workdir, valid_result, tmp_path):
   from attnlm_jax import data  # pylint: disable=g-import-not-at-top
   corpus = data.read_split("embedded", "", "valid")

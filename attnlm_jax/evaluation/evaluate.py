@@ -64,7 +64,8 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
   Args:
     workdir: a training run's directory.
     config: the config to use; None reads the run's config.json. Either way the checkpoint
-      must fit it (vocabulary and parameter shapes), else CheckpointError.
+      must fit it (vocabulary and parameter shapes), and a given config must ask for the
+      network the run trained (`checkpoints.check_evaluation_config`), else CheckpointError.
   """
   workdir = epath.Path(workdir)
   if ((workdir / logging_utils.METRICS_FILE).exists()
@@ -74,6 +75,8 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
         f"checkpoint in {checkpoints.CHECKPOINT_DIR}/; a log copied from docs/results keeps "
         "none): train the run again in an empty --workdir")
   vocab = checkpoints.read_vocab(workdir)
+  if config is not None:
+    checkpoints.check_evaluation_config(workdir, config)
   config = run_config.complete(config if config is not None
                                else checkpoints.read_config(workdir), len(vocab))
   params = jax.eval_shape(functools.partial(models.init, config=config.model),

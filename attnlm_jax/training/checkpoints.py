@@ -43,6 +43,12 @@ FILLED_KEYS = ("model.vocab_size", "model.num_tags")
 # What a rerun of a training run may change besides: how long it trains, and the learning
 # rate a diverged run resumes with (docs/training.md).
 RESUMABLE_KEYS = ("train.num_epochs", "train.learning_rate")
+# Model fields that choose only how a trained network is computed, initialised or trained:
+# an evaluation may set them otherwise than the run did (docs/training.md).
+EVALUATION_FREE_KEYS = ("model.attention_form", "model.compute_dtype", "model.unroll",
+                        "model.streaming_min_len", "model.score_block_elements",
+                        "model.max_len", "model.dropout", "model.dropout_site",
+                        "model.init_scale", "model.forget_bias", "model.head_bias_init")
 _ABSENT = "absent"  # How a config key missing on one side shows in a difference.
 
 
@@ -348,11 +354,30 @@ def check_config(workdir: epath.Path, config: ml_collections.ConfigDict) -> None
   differences = config_differences(as_json(config), as_json(read_config(workdir)),
                                    RESUMABLE_KEYS)
   if differences:
-    listed = "; ".join(f"{key} is {there} there, {here} here"
-                       for key, (there, here) in differences.items())
     raise CheckpointError(
-        f"{workdir} holds a run of another config ({listed}): rerun with the config it was "
-        f"trained with ({workdir / CONFIG_FILE}) or use a new --workdir")
+        f"{workdir} holds a run of another config ({_listed(differences)}): rerun with the "
+        f"config it was trained with ({workdir / CONFIG_FILE}) or use a new --workdir")
+
+
+def check_evaluation_config(workdir: epath.Path, config: ml_collections.ConfigDict) -> None:
+  """Raises CheckpointError when `config` would evaluate the run's weights as another network
+  than they were trained as: a model field, or `data.start_symbol` (what a sentence starts
+  from), other than in its config.json, those of EVALUATION_FREE_KEYS excepted."""
+  if not (workdir / CONFIG_FILE).exists():
+    return
+  differences = {key: values for key, values in config_differences(
+      as_json(config), as_json(read_config(workdir)), EVALUATION_FREE_KEYS).items()
+                 if key.startswith("model.") or key == "data.start_symbol"}
+  if differences:
+    raise CheckpointError(
+        f"{workdir} was trained as another network ({_listed(differences)}): evaluate it "
+        f"without --config (it reads {workdir / CONFIG_FILE}) or with those fields as there")
+
+
+def _listed(differences: Mapping[str, tuple[Any, Any]]) -> str:
+  """`config_differences` as "KEY is SAVED there, GIVEN here; ..."."""
+  return "; ".join(f"{key} is {there} there, {here} here"
+                   for key, (there, here) in differences.items())
 
 
 def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:

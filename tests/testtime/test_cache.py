@@ -175,7 +175,8 @@ def test_the_stream_protocol_cache_reads_evaluations_windows():
 
 
 @pytest.mark.parametrize("size, theta, lam, message", [
-    (0, None, None, "at least 1"), (10, -1.0, None, "--cache_theta=-1.0 must be >= 0"),
+    (0, None, None, "at least 1"), (10, -1.0, None, "--cache_theta=-1.0 must be a number >= 0"),
+    (10, float("inf"), None, "--cache_theta=inf must be a number >= 0"),
     (10, None, 1.0, "--cache_lambda=1.0 must be in [0, 1)")])
 def test_bad_cache_settings_are_refused(size, theta, lam, message):
   with pytest.raises(cache.CacheError, match=message.replace("[", r"\[").replace(")", r"\)")):
