@@ -52,7 +52,7 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   for split, sentences in (("train", train), ("test", test)):
     if not sentences:
       raise corpora.TaggerError(f"no tagged {split} sentences in {config.data.data_dir}: "
-                                f"pass the CoNLL-2000 files (train.txt, test.txt) there")
+                                "pass the CoNLL-2000 files (train.txt, test.txt) there")
   if config.data.get("lm_data_dir"):
     known = corpora.lm_words(config.data.lm_data_dir)
     train, test = corpora.as_lm_text(train, known), corpora.as_lm_text(test, known)
