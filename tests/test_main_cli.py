@@ -142,15 +142,20 @@ def test_evaluate_prints_one_json_object_last(valid_result):
 def test_evaluate_with_a_config_of_another_network_is_refused_and_of_another_form_agrees(
     workdir, valid_result):
   """--config may change how the trained network is computed (attention_form), not which
-  network it is (head_activation, the first input)."""
+  network it is (head_activation, the first input), nor ask for a batch the devices cannot
+  split."""
   evaluate = ("--mode=evaluate", f"--workdir={workdir}")
   for flag, message in (
-      ("--config.model.head_activation=linear", "model.head_activation is tanh there, linear"),
-      ("--config.data.start_symbol=false", "data.start_symbol is True there, False here")):
+      ("--config.model.head_activation=linear",
+       "was trained as another network (model.head_activation is tanh there, linear here)"),
+      ("--config.data.start_symbol=false",
+       "was trained as another network (data.start_symbol is True there, False here)"),
+      ("--config.data.eval_batch_size=63", "config.data.eval_batch_size = 63 (the global "
+                                           "batch) does not split over 2 devices")):
     result = tiny_config.run_main(*evaluate, *tiny_config.flags(), flag, check=False)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1, result.stderr[-2000:]
-    assert "was trained as another network (" in lines[0] and message in lines[0]
+    assert message in lines[0]
   scan = tiny_config.run_main(*evaluate, *tiny_config.flags(), "--config.model.attention_form=scan")
   assert json.loads(scan.stdout.splitlines()[-1])["perplexity"] == pytest.approx(
       valid_result["perplexity"], rel=1e-5)

@@ -190,10 +190,11 @@ def _heading_level(lines: list[list[str]], i: int) -> int:
     return 0
   if (i > 0 and lines[i - 1]) or (i + 1 < len(lines) and lines[i + 1]):
     return 0
-  level = 0
-  while level < len(words) // 2 and words[level] == "=" and words[-1 - level] == "=":
-    level += 1
-  return level
+  title = [j for j, word in enumerate(words) if word != "="]
+  if not title:
+    return 0
+  left, right = title[0], len(words) - 1 - title[-1]
+  return left if left == right else 0
 
 
 def _wikitext_sentences(lines: list[str]) -> tuple[list[tuple[str, ...]], list[int]]:

@@ -79,6 +79,7 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
     checkpoints.check_evaluation_config(workdir, config)
   config = run_config.complete(config if config is not None
                                else checkpoints.read_config(workdir), len(vocab))
+  run_config.check_evaluation(config)
   params = jax.eval_shape(functools.partial(models.init, config=config.model),
                           jax.random.PRNGKey(0))
   checkpoints.check_compatible(workdir, vocab, params)

@@ -23,13 +23,26 @@ def complete(config: ml_collections.ConfigDict, vocab_size: int) -> ml_collectio
   return config
 
 
+def check_evaluation(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError unless the evaluation batch splits over the devices (a run trained
+  on other devices may be evaluated here)."""
+  _check_split(config, "eval_batch_size")
+
+
+def _check_split(config: ml_collections.ConfigDict, field: str) -> None:
+  """ConfigError unless `config.data.field` (a global batch) splits over the devices."""
+  devices = jax.device_count()
+  if config.data[field] % devices:
+    raise ConfigError(f"config.data.{field} = {config.data[field]} (the global batch) does "
+                      f"not split over {devices} devices: use a multiple of {devices} "
+                      f"(--config.data.{field})")
+
+
 def check_training(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError for training settings that cannot work (one line each)."""
   devices = jax.device_count()
   for field in ("batch_size", "eval_batch_size"):
-    if config.data[field] % devices:
-      raise ConfigError(f"config.data.{field} = {config.data[field]} (the global batch) does "
-                        f"not split over {devices} devices: use a multiple of {devices}")
+    _check_split(config, field)
   shards = config.train.grad_shards
   if shards and (shards % devices or config.data.batch_size % shards):
     raise ConfigError(f"config.train.grad_shards = {shards} must be a multiple of the "

@@ -70,6 +70,17 @@ def test_wikitext_sentence_splitting_headings_and_documents(tmp_path):
   assert got.lines == 13
 
 
+def test_a_line_with_unequal_equals_signs_is_no_heading(tmp_path):
+  """`= = Odd =` and `= = =` have no title between equal runs of `=`: no new document."""
+  text = "\n = Alpha = \n\n a b . \n\n = = Odd = \n\n c d . \n\n = = = \n\n e f . \n"
+  d = tmp_path / "wt"
+  d.mkdir()
+  for split in corpus.SPLITS:
+    (d / f"wiki.{split}.tokens").write_text(text)
+  got = corpus.read_split("wikitext2", d, "valid")
+  assert got.sentences[2] == ("=", "=", "Odd", "=") and got.documents == [0] * 6
+
+
 def test_crlf_blank_and_long_lines(tmp_path):
   long_line = " ".join(f"w{i % 997}" for i in range(200_000))
   text = f" a b \n\n   \n c d e \n{long_line}\n"
