@@ -154,12 +154,17 @@ def _same_settings(saved: dict, cache_size: int, dynamic_window: int,
 
 def _in_progress(row_dir: epath.Path, cache_size: int, dynamic_window: int,
                  grid_extensions: int) -> Optional[dict]:
-  """What the row's progress file (`Progress`, made with these settings) holds: {**its
+  """What the row's progress file holds when its evaluation would go on from it (`Progress`:
+  made with these settings and, where the row has checkpoints, its evaluated step): {**its
   "made_with", "cache": the cache's result (once made), "passes": the passes of dynamic
   evaluation made}, else None."""
   made_with, entries = Progress.read(row_dir / PROGRESS_FILE)
-  if made_with is None or not _same_settings(made_with, cache_size, dynamic_window,
-                                             grid_extensions):
+  if made_with is None:
+    return None
+  step = checkpoints.evaluated_step(row_dir)
+  if ({key: value for key, value in made_with.items() if key != "step"}
+      != settings(cache_size, dynamic_window, grid_extensions)
+      or (step is not None and made_with.get("step") != step)):
     return None
   return {**made_with, **({"cache": entries["cache"]} if "cache" in entries else {}),
           "passes": sum(key != "cache" for key in entries)}

@@ -160,6 +160,18 @@ def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, 
           f"{markdown.format_number(valid)} / {markdown.format_number(cached['perplexity'])} | "
           "evaluating (2 passes made) | evaluating (2 passes made) |") in lines
   assert f"| none | {cached['cache_theta']:g}, {cached['cache_lambda']:g} | - | - |" in lines
+  # Made from another checkpoint, or another RMS statistic, the evaluation would start
+  # afresh: the page shows nothing in progress.
+  saved = progress.read_text()
+  for key, value in (("step", -1), ("stat_batches", 3)):
+    other = json.loads(saved)
+    other["made_with"][key] = value
+    progress.write_text(json.dumps(other))
+    testtime_page.run("demo", tmp_path / "stopped", rows=["single"], cache_size=100,
+                      dynamic_window=100, grid_extensions=0)
+    row = json.loads((tmp_path / "stopped" / testtime_page.PAGE_JSON).read_text())["rows"][0]
+    assert row.get("in_progress") is None, key
+  progress.write_text(saved)
   made.clear()
   stop_at[0] = 0
   run("stopped")
