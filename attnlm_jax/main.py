@@ -10,6 +10,7 @@ status 1; a signal during training saves the run and ends it with status 128 + t
 number (rerunning resumes). The other modes and flags: `--helpfull`, and the README.
 """
 
+import os
 import re
 import sys
 
@@ -131,6 +132,17 @@ CONFIG_PATHS = ("data_dir", "cache_dir", "tagger_dir", "treebank_dir", "lm_data_
 # What the modes that train need given, and the modes over a published table.
 CONFIG_HINT = "--config=configs/NAME.py"
 TABLE_HINT = "--table=NAME (docs/reproduce.md lists the tables)"
+# The modes over a table's rows, each row with its own config -> how to run one row with another.
+TABLE_MODES = {"reproduce": "train one row alone, with your overrides, by its command "
+                            "(--dry_run prints it; docs/reproduce.md)",
+               "testtime": "evaluate one row alone with --mode=evaluate --workdir=WORKDIR/ROW "
+                           "(docs/testtime.md)"}
+# A data field only the tagger's config (configs/tagger.py) has: it tells the two kinds apart.
+TAGGER_FIELD = "drop_punctuation"
+# Flags that act only in --mode=evaluate beside another flag -> that flag and its values.
+ACTS_WITH = {"cache_theta": ("cache", "SIZE"), "cache_lambda": ("cache", "SIZE"),
+             "cache_states": ("cache", "SIZE"), "dynamic_lr": ("dynamic", "sgd|rms"),
+             "dynamic_decay": ("dynamic", "sgd|rms"), "weights": ("workdirs", "DIR1,DIR2")}
 
 
 def _fail(message: str) -> None:
@@ -140,9 +152,15 @@ def _fail(message: str) -> None:
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-  """Parses the flags; a bad flag or config override is a one-line error."""
+  """Parses the flags and loads the --config file; a bad flag, config file or override is a
+  one-line error."""
   try:
-    return FLAGS(argv)
+    rest = FLAGS(argv)
+    if FLAGS["config"].value is not None:
+      FLAGS.config.get("seed")  # A file that failed to load raises on first access.
+    return rest
+  except OSError as e:  # A missing or unreadable config file.
+    _fail(f"cannot load {_config_flag(argv)}: {e.__cause__ or e}")
   except flags.Error as e:
     # A config file that raised: keep the exception's own last line, not its traceback.
     message = str(e)
@@ -161,8 +179,11 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def _config_flag(argv: list[str]) -> str:
-  """The last --config=FILE of `argv` (the one parsed)."""
-  return [a for a in argv[1:] if a.startswith("--config=")][-1]
+  """The last `--config=FILE` (or `--config FILE`) of `argv`, the one parsed, as --config=FILE."""
+  given = [value.partition("=")[2] if value.startswith("--config=") else following
+           for value, following in zip(argv[1:], argv[2:] + [""])
+           if value.startswith("--config=") or value == "--config"]
+  return f"--config={given[-1]}"
 
 
 # Python's words for a config override of the wrong type -> what the field expects.
@@ -205,28 +226,48 @@ def _resolve_paths() -> None:
       FLAGS[name].value = locations.absolute(FLAGS[name].value)
   for name in PATH_LIST_FLAGS:
     FLAGS[name].value = [locations.absolute(p) for p in FLAGS[name].value]
-  config = _config()
+  config = FLAGS.config
   if config is not None and "data" in config:
     for field in CONFIG_PATHS:
       if isinstance(config.data.get(field), str):
         config.data[field] = locations.absolute(config.data[field])
 
 
-def _config():
-  """The --config ConfigDict, None when not given; a file that fails to load is an error."""
-  if FLAGS["config"].value is None:
-    return None
-  try:
-    FLAGS.config.get("seed")  # Loading errors surface on first access.
-  except OSError as e:
-    _fail(f"cannot load --config={FLAGS['config'].config_filename}: {e.__cause__ or e}")
-  return FLAGS.config
-
-
 def _need(value, mode: str, flag: str) -> None:
   """UserError unless `value` was given: --mode=`mode` needs `flag`."""
   if value is None:
     raise errors.UserError(f"--mode={mode} needs {flag}")
+
+
+def _check_flags() -> None:
+  """UserError for flags that do not go together: a --config that --mode would ignore or
+  cannot read, a flag without the one it acts with, a --workdir at or below a file."""
+  config = FLAGS.config
+  if config is not None:
+    if FLAGS.mode in TABLE_MODES:
+      raise errors.UserError(f"--mode={FLAGS.mode} runs each row of --table with the row's "
+                             "own config, not --config: drop --config and --config.*, or "
+                             f"{TABLE_MODES[FLAGS.mode]}")
+    name = FLAGS["config"].config_filename
+    tagger = TAGGER_FIELD in config.get("data", {})
+    if tagger and FLAGS.mode != "train_tagger":
+      raise errors.UserError(f"--config={name} is the POS tagger's config, for "
+                             f"--mode=train_tagger: --mode={FLAGS.mode} takes a language "
+                             "model's, e.g. --config=configs/ptb.py")
+    if not tagger and FLAGS.mode == "train_tagger":
+      raise errors.UserError(f"--mode=train_tagger trains the POS tagger of "
+                             f"--config=configs/tagger.py: --config={name} is a language "
+                             "model's config, for --mode=train")
+  for flag, (companion, values) in ACTS_WITH.items():
+    if FLAGS[flag].present and not (FLAGS.mode == "evaluate" and FLAGS[companion].value):
+      raise errors.UserError(f"--{flag} acts only with --mode=evaluate --{companion}={values}: "
+                             f"add them, or drop --{flag}")
+  if FLAGS.workdir and not logging_utils.is_remote(FLAGS.workdir):
+    path = epath.Path(FLAGS.workdir)
+    existing = next(p for p in (path, *path.parents) if os.path.exists(p))
+    if not os.path.isdir(existing):
+      raise errors.UserError(f"--workdir={path}: {existing} is a file, not a directory: "
+                             "name a directory (or one to create)")
 
 
 def _train(config) -> dict:
@@ -275,7 +316,7 @@ def _score(config) -> None:
   if not any(line.strip() for line in lines):
     raise errors.UserError(f"--input={path} has no sentence to score (every line is blank): "
                            "give one sentence per line")
-  json_io.check_output(FLAGS.output)
+  json_io.check_output(FLAGS.output, [("--input", path)])
   model = evaluate.load(FLAGS.workdir, config)
   json_io.write_records(evaluate.score(model, lines), FLAGS.output)
 
@@ -301,7 +342,7 @@ def _analyze(config) -> dict:
 
 def _reproduce(config) -> dict:
   """--mode=reproduce: trains a published table's rows and writes its pages."""
-  del config  # Each row has its own.
+  del config  # Each row has its own (`_check_flags` refuses --config).
   _need(FLAGS.table, "reproduce", TABLE_HINT)
   return runner.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows, dry_run=FLAGS.dry_run,
                     pages_only=FLAGS.pages_only)
@@ -309,7 +350,7 @@ def _reproduce(config) -> dict:
 
 def _testtime(config) -> dict:
   """--mode=testtime: the cache and dynamic-evaluation page of a table's rows."""
-  del config  # Each row has its own.
+  del config  # Each row has its own (`_check_flags` refuses --config).
   _need(FLAGS.table, "testtime", TABLE_HINT)
   return testtime_page.run(FLAGS.table, FLAGS.workdir, rows=FLAGS.rows,
                            cache_size=FLAGS.cache or testtime_page.CACHE_SIZE,
@@ -338,8 +379,9 @@ def main(argv: list[str]) -> None:
   logging_utils.quiet_libraries()
   _resolve_paths()
   try:
+    _check_flags()
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-    summary = MODES[FLAGS.mode](_config())
+    summary = MODES[FLAGS.mode](FLAGS.config)
     if summary is not None:
       print(json_io.dumps(summary))
   except errors.UserError as e:

@@ -69,7 +69,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.model.score = "single"            # none|proj|single|combined|average|conv1x1|...
   config.model.max_len = max_len           # Memory slots in training (follows data.max_len).
   config.model.zero_slot = True            # Keep the zero state h_0 in the memory.
-  config.model.forget_bias = 0.0           # Initial forget-gate bias (1.0 for "average").
+  config.model.forget_bias = 0.0           # Initial forget-gate bias (the averaging LM
+                                           # uses 1.0: configs/ptb.py:score=average).
   config.model.init_scale = 0.05           # Weights start U(-0.05, 0.05); biases 0.
 
   config.train = ml_collections.ConfigDict()

@@ -1,14 +1,21 @@
 """Faults a new user meets, each answered with one line and nothing lost: relative paths in
-every mode, corrupted checkpoints, a diverging run, bad generate/score arguments."""
+every mode, corrupted checkpoints, a diverging run, bad generate/score arguments, evaluating
+with another span, a workdir from another machine, broken test-time files."""
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 
+from etils import epath
 import pytest
 
+from attnlm_jax.common import errors
+from attnlm_jax.data import corpus
+from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import runs
+from attnlm_jax.experiments import testtime_page
 from attnlm_jax.training import checkpoints
 import tiny_config
 
@@ -244,3 +251,86 @@ def test_unknown_prompt_words_are_named(trained):
                                 "--prompt=the zyzzyva qwfp", "--num_tokens=3", cwd=trained)
   assert "read as <unk>: zyzzyva qwfp" in result.stderr
   assert result.stdout.split()[:3] == ["the", "zyzzyva", "qwfp"]
+
+
+def test_evaluate_with_another_span_names_it_and_not_a_corrupt_checkpoint(trained):
+  """A stream-protocol config restores each training row's carried state too, which a run
+  trained on sentences never saved: the difference is named, not the checkpoint blamed."""
+  before = _snapshot(trained)
+  line = _error_line(tiny_config.run_main(
+      "--mode=evaluate", "--workdir=runs/tiny",
+      *_config_flags(data__span="stream", data__bucket=False), cwd=trained, check=False))
+  assert "was trained as another network (data.span is sentence there, stream here)" in line
+  assert _snapshot(trained) == before
+
+
+def test_a_workdir_from_another_machine_reads_this_machines_corpus(copy, tmp_path,
+                                                                   monkeypatch):
+  """Its config.json's data_dir, absent here, gives way to the data root's directory of the
+  same corpus (ATTNLM_DATA_DIR), said in one line; when that is missing too, the corpus's
+  download command."""
+  cwd, workdir = copy
+  saved = json.loads((workdir / checkpoints.CONFIG_FILE).read_text())
+  saved["data"].update(corpus="ptb", data_dir="/elsewhere/attnlm_jax/ptb")
+  (workdir / checkpoints.CONFIG_FILE).write_text(json.dumps(saved))
+  here = tmp_path / "data" / "ptb"
+  here.mkdir(parents=True)
+  for split in corpus.SPLITS:   # The embedded corpus as PTB's files (the same reader).
+    (here / f"ptb.{split}.txt").write_bytes(corpus._read_embedded(split)[1])
+  monkeypatch.setenv("ATTNLM_DATA_DIR", str(here.parent))
+  result = tiny_config.run_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd)
+  final = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[-1])
+  assert _json_lines(result.stdout)[-1]["perplexity"] == pytest.approx(
+      final["final_valid_perplexity"], rel=1e-5)
+  assert (f"{workdir / checkpoints.CONFIG_FILE}'s data_dir /elsewhere/attnlm_jax/ptb is not a "
+          f"directory here: reading the corpus from {here}") in result.stderr
+  monkeypatch.setenv("ATTNLM_DATA_DIR", str(tmp_path / "empty"))
+  line = _error_line(tiny_config.run_main("--mode=evaluate", "--workdir=runs/tiny", cwd=cwd,
+                                          check=False), after_training_logs=True)
+  assert line.startswith(f"error: data directory {tmp_path / 'empty' / 'ptb'} does not exist: "
+                         'download Penn Treebank with "python -m attnlm_jax.data.download '
+                         '--corpus=ptb"')
+
+
+@pytest.mark.parametrize("name, text, problem, fix", [
+    (testtime_page.HEAD_CACHE_FILE, "", "Expecting value, line 1",
+     "make it again with --mode=evaluate --split=test --cache=SIZE --cache_states=head "
+     "--workdir={row} > {path}, or delete it"),
+    (testtime_page.HEAD_CACHE_FILE, '{"method": "cache"}\n{"method": "cache"}\n',
+     "Extra data, line 2", "make it again with"),
+    (testtime_page.ROW_FILE, '{\n "step": 5,\n "ca', "Unterminated string starting at, line 3",
+     "delete it to evaluate the row again"),
+    (testtime_page.PROGRESS_FILE, '{"made_with": {', "Expecting property name enclosed in "
+     "double quotes, line 1", "delete it: the row's evaluation then starts afresh")],
+    ids=["empty", "two_lines", "cut_off_results", "cut_off_progress"])
+def test_a_rows_broken_testtime_file_is_one_line_and_kept(tmp_path, name, text, problem, fix):
+  """Every row's files are read whatever --rows names: one that is not one JSON value (a
+  failed `> cache_head.json`, a cut-off file) is named, with its fix."""
+  row = tmp_path / "none"
+  row.mkdir()
+  (row / name).write_text(text)
+  path = row / name
+  with pytest.raises(errors.UserError, match=re.escape(
+      f"{path} is not one JSON value ({problem}): {fix.format(row=row, path=path)}")):
+    testtime_page.run("demo", tmp_path, rows=["single"])
+  assert path.read_text() == text and not (tmp_path / testtime_page.PAGE_JSON).exists()
+
+
+def test_a_stop_while_a_rows_test_time_results_are_written_leaves_no_cut_off_file(
+    tmp_path, monkeypatch):
+  class Stopped(Exception):
+    pass
+
+  def cut_off(path, text, *args, **kwargs):   # Half the text written, then the process stops.
+    write_text(path, text[:len(text) // 2], *args, **kwargs)
+    raise Stopped
+
+  monkeypatch.setattr(row_status, "read", lambda row, workdir: {"status": row_status.FINISHED})
+  monkeypatch.setattr(testtime_page, "row_results", lambda *args: {"step": 1, "cache": {}})
+  path_type = type(epath.Path(tmp_path))
+  write_text = path_type.write_text
+  monkeypatch.setattr(path_type, "write_text", cut_off)
+  (tmp_path / "none").mkdir()
+  with pytest.raises(Stopped):
+    testtime_page.run("demo", tmp_path, rows=["none"])
+  assert not (tmp_path / "none" / testtime_page.ROW_FILE).exists()   # Evaluated again next.

@@ -258,6 +258,126 @@ def test_a_mode_without_the_flag_it_needs_says_which(tmp_path, mode, message):
       " (docs/reproduce.md lists the tables)" if "table" in message else "")]
   assert not any(tmp_path.iterdir())
 
+
+# Runs `attnlm_jax.main` on each argv of sys.argv[1] (JSON) in this one process, as far as
+# each goes, and prints [exit status, stderr] per argv as one JSON line. (A test process cannot
+# import `attnlm_jax.main`: `attnlm_jax.data.inspect`, imported by other test files, defines
+# flags of the same names.)
+_IN_ONE_PROCESS = """
+import contextlib, io, json, sys
+from attnlm_jax import main
+main.distributed.initialize = lambda *args: None   # once per process: one process here
+results = []
+for args in json.loads(sys.argv[1]):
+  sys.argv = ["main", *args]   # ml_collections reads the --config.* overrides there
+  stderr = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(stderr):
+      main.main(main._parse_flags(sys.argv))
+    status = 0
+  except SystemExit as e:
+    status = e.code
+  except Exception as e:   # a traceback
+    status = type(e).__name__
+  main.FLAGS.unparse_flags()
+  for name in [name for name in main.FLAGS if name.startswith("config.")]:
+    delattr(main.FLAGS, name)   # the overrides' flags, defined anew by the next parse
+  results.append([status, stderr.getvalue()])
+print(json.dumps(results))
+"""
+
+# Flags that do not go together -> the start of the one error line ({tmp}: a directory holding
+# `a_file` and `in.txt`, and no run).
+REFUSED = {
+    "missing_config": (("--config=configs/no_such.py", "--workdir={tmp}/run"),
+                       "cannot load --config=configs/no_such.py: "),
+    "missing_config_with_an_override": (
+        ("--config=configs/no_such.py", "--config.train.num_epochs=1", "--workdir={tmp}/run"),
+        "cannot load --config=configs/no_such.py: "),  # then ml_collections' words
+    "missing_config_given_with_a_space": (
+        ("--config", "configs/no_such.py", "--config.train.num_epochs=1",
+         "--workdir={tmp}/run"),
+        "cannot load --config=configs/no_such.py: "),
+    "tagger_config_to_train": (
+        ("--config=configs/tagger.py", "--workdir={tmp}/run"),
+        "--config=configs/tagger.py is the POS tagger's config, for --mode=train_tagger: "
+        "--mode=train takes a language model's, e.g. --config=configs/ptb.py"),
+    "language_model_config_to_train_tagger": (
+        ("--mode=train_tagger", "--config=configs/demo.py", "--workdir={tmp}/run"),
+        "--mode=train_tagger trains the POS tagger of --config=configs/tagger.py: "
+        "--config=configs/demo.py is a language model's config, for --mode=train"),
+    "config_override_to_reproduce": (
+        ("--mode=reproduce", "--table=demo", "--dry_run", "--config=configs/demo.py",
+         "--config.train.num_epochs=1", "--workdir={tmp}/run"),
+        "--mode=reproduce runs each row of --table with the row's own config, not --config: "
+        "drop --config and --config.*, or train one row alone, with your overrides, by its "
+        "command (--dry_run prints it; docs/reproduce.md)"),
+    "config_to_testtime": (
+        ("--mode=testtime", "--table=demo", "--config=configs/demo.py", "--workdir={tmp}/run"),
+        "--mode=testtime runs each row of --table with the row's own config, not --config: "
+        "drop --config and --config.*, or evaluate one row alone with --mode=evaluate "
+        "--workdir=WORKDIR/ROW (docs/testtime.md)"),
+    "cache_theta_without_cache": (
+        ("--mode=evaluate", "--cache_theta=0.3", "--workdir={tmp}/run"),
+        "--cache_theta acts only with --mode=evaluate --cache=SIZE: add them, or drop "
+        "--cache_theta"),
+    "cache_states_in_testtime": (
+        ("--mode=testtime", "--table=demo", "--cache=100", "--cache_states=head",
+         "--workdir={tmp}/run"),
+        "--cache_states acts only with --mode=evaluate --cache=SIZE: add them, or drop "
+        "--cache_states"),
+    "dynamic_decay_without_dynamic": (
+        ("--mode=evaluate", "--dynamic_decay=0", "--workdir={tmp}/run"),
+        "--dynamic_decay acts only with --mode=evaluate --dynamic=sgd|rms: add them, or drop "
+        "--dynamic_decay"),
+    "weights_without_workdirs": (
+        ("--mode=evaluate", "--weights=0.5,0.5", "--workdir={tmp}/run"),
+        "--weights acts only with --mode=evaluate --workdirs=DIR1,DIR2: add them, or drop "
+        "--weights"),
+    "score_output_that_is_its_input": (
+        ("--mode=score", "--input={tmp}/in.txt", "--output={tmp}/../{tmp.name}/in.txt",
+         "--workdir={tmp}/run"),
+        "--output={tmp}/in.txt would overwrite {tmp}/in.txt, read by --input: name another "
+        "file for --output"),
+    "workdir_that_is_a_file": (
+        ("--config=configs/demo.py", "--workdir={tmp}/a_file"),
+        "--workdir={tmp}/a_file: {tmp}/a_file is a file, not a directory: name a directory "
+        "(or one to create)"),
+    "workdir_below_a_file": (
+        ("--mode=reproduce", "--table=demo", "--dry_run", "--workdir={tmp}/a_file/demo"),
+        "--workdir={tmp}/a_file/demo: {tmp}/a_file is a file, not a directory: name a "
+        "directory (or one to create)"),
+}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+  """{name: (exit status, stderr)} of each REFUSED command line, all run in one process, and
+  the directory they name."""
+  tmp = tmp_path_factory.mktemp("refused")
+  (tmp / "a_file").write_text("not a directory\n")
+  (tmp / "in.txt").write_text("the cat\n")
+  argvs = [[arg.format(tmp=tmp) for arg in args] for args, _ in REFUSED.values()]
+  done = subprocess.run([sys.executable, "-c", _IN_ONE_PROCESS, json.dumps(argvs)],
+                        cwd=tiny_config.REPO, capture_output=True, text=True, timeout=300,
+                        check=True)
+  return dict(zip(REFUSED, json.loads(done.stdout.splitlines()[-1]))), tmp
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_flags_that_do_not_go_together_are_one_line_and_change_nothing(refused, name):
+  """A missing config file with overrides, a config of the other kind for --mode, a config
+  that --mode would ignore, a flag without the one it acts with, an --output that is the
+  --input, a --workdir at or below a file."""
+  results, tmp = refused
+  status, stderr = results[name]
+  lines = stderr.strip().splitlines()
+  assert status == 1 and len(lines) == 1, stderr[-2000:]
+  assert lines[0].startswith("error: " + REFUSED[name][1].format(tmp=tmp))
+  assert sorted(p.name for p in tmp.iterdir()) == ["a_file", "in.txt"]
+  assert (tmp / "in.txt").read_text() == "the cat\n"
+
+
 def test_analyze_writes_heatmap_entropy_and_probe_files(workdir, tmp_path):
   out = tmp_path / "analysis_run"
   result = tiny_config.run_main("--mode=analyze", f"--workdir={out}", f"--workdirs={workdir}",

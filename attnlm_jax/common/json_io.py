@@ -4,6 +4,7 @@ perplexity as the string "inf" (and "-inf", "nan"), `loads` reads them back as f
 
 import json
 import math
+import os
 import sys
 from typing import Any, Iterable, Optional
 
@@ -47,11 +48,27 @@ def loads(text: str) -> Any:
   return _numbers(json.loads(text))
 
 
-def check_output(output: Optional[str]) -> None:
-  """UserError when --output names a directory (checked before the work that fills it)."""
-  if output and epath.Path(output).is_dir():
+def _same_file(a, b) -> bool:
+  """Whether the paths `a` and `b` name one file (also through a link or another spelling)."""
+  try:
+    return os.path.samefile(a, b)
+  except OSError:  # One is missing, or remote (gs://): the same only as the same path.
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def check_output(output: Optional[str], inputs: Iterable[tuple[str, Any]] = ()) -> None:
+  """UserError when --output names a directory, or a file of `inputs` ((flag, path) pairs of
+  the files read; a path None is skipped), which writing would overwrite (checked before the
+  work that fills it)."""
+  if not output:
+    return
+  if epath.Path(output).is_dir():
     raise UserError(f"--output={output} is a directory: name a file in it, e.g. "
                     f"--output={epath.Path(output) / 'scores.jsonl'}")
+  for flag, path in inputs:
+    if path is not None and _same_file(output, path):
+      raise UserError(f"--output={output} would overwrite {path}, read by {flag}: name "
+                      "another file for --output")
 
 
 def write_records(records: Iterable[dict], output: Optional[str]) -> None:

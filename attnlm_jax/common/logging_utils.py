@@ -198,6 +198,7 @@ class MetricWriter:
         root = self._local = epath.Path(tempfile.mkdtemp(prefix="attnlm_logs_"))
         if (self._workdir / METRICS_FILE).exists():
           (self._workdir / METRICS_FILE).copy(root / METRICS_FILE)
+      _drop_cut_off_line(root / METRICS_FILE)
       self._jsonl = (root / METRICS_FILE).open("a")
       # Imported here: it takes seconds, and evaluation, scoring and sampling never write.
       import tensorboardX  # pylint: disable=g-import-not-at-top
@@ -250,6 +251,14 @@ class MetricWriter:
         self._mirror()
         shutil.rmtree(self._local)
       self._jsonl = self._tensorboard = self._local = None
+
+
+def _drop_cut_off_line(path: epath.Path) -> None:
+  """Cuts off the end of a local metrics file after its last newline: a record a hard kill
+  stopped part-way, to which the resumed run's first record would be glued."""
+  data = path.read_bytes() if path.exists() else b""
+  if data and not data.endswith(b"\n"):
+    os.truncate(path, data.rfind(b"\n") + 1)
 
 
 def is_remote(path: epath.Path) -> bool:

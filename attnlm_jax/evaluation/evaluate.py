@@ -9,6 +9,7 @@ import dataclasses
 import functools
 from typing import Iterator, Optional, Sequence
 
+from absl import logging
 from etils import epath
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ import numpy as np
 
 from attnlm_jax import data as data_lib
 from attnlm_jax.data import batching
+from attnlm_jax.data import locations
 from attnlm_jax.data import pipeline
 from attnlm_jax import models
 from attnlm_jax.common import errors
@@ -77,8 +79,8 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
   vocab = checkpoints.read_vocab(workdir)
   if config is not None:
     checkpoints.check_evaluation_config(workdir, config)
-  config = run_config.complete(config if config is not None
-                               else checkpoints.read_config(workdir), len(vocab))
+  config = run_config.complete(config if config is not None else _saved_config(workdir),
+                               len(vocab))
   run_config.check_evaluation(config)
   params = jax.eval_shape(functools.partial(models.init, config=config.model),
                           jax.random.PRNGKey(0))
@@ -95,6 +97,19 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
       functools.partial(steps.initial_state, config), params))
   ckpt.close()
   return TrainedModel(config, vocab, state["params"], step)
+
+
+def _saved_config(workdir: epath.Path) -> ml_collections.ConfigDict:
+  """The run's config.json, where a `data.data_dir` that is no directory here (the run was
+  trained on another machine) becomes this machine's directory of the same corpus
+  (`locations.corpus_dir`), said in one log line."""
+  config = checkpoints.read_config(workdir)
+  data_dir = config.data.data_dir
+  if config.data.corpus in locations.CORPORA and not epath.Path(data_dir).is_dir():
+    config.data.data_dir = str(locations.corpus_dir(config.data.corpus))
+    logging.warning("%s's data_dir %s is not a directory here: reading the corpus from %s",
+                    workdir / checkpoints.CONFIG_FILE, data_dir, config.data.data_dir)
+  return config
 
 
 def evaluate(model: TrainedModel, split: str) -> dict:

@@ -131,6 +131,11 @@ def _kaldi_costs(lines: Sequence[str], name: str, ids: Sequence[str]) -> dict[st
   return costs
 
 
+def kaldi_files(directory: epath.Path) -> dict[str, epath.Path]:
+  """The files of a Kaldi n-best directory: {name: path} of `text`, `ac_cost`, `lm_cost`."""
+  return {name: directory / name for name in (KALDI_TEXT, *KALDI_COSTS)}
+
+
 def parse_kaldi(directory: epath.Path, acoustic_scale: float) -> list[Hypothesis]:
   """The hypotheses of a Kaldi n-best directory (`text`, `ac_cost`, `lm_cost`), each with the
   first-pass score -(acoustic_scale * ac_cost + lm_cost) and its two costs as `fields`.
@@ -139,7 +144,7 @@ def parse_kaldi(directory: epath.Path, acoustic_scale: float) -> list[Hypothesis
   `utterance-N`, a repeated id, a cost that is not a finite number, or a hypothesis
   without both costs.
   """
-  paths = {name: directory / name for name in (KALDI_TEXT, *KALDI_COSTS)}
+  paths = kaldi_files(directory)
   for path in paths.values():
     if not path.is_file():
       raise RescoringError(f"{path} not found: a Kaldi n-best directory holds "
@@ -361,14 +366,17 @@ def run(workdir, nbest_path, references_path: Optional[str] = None,
   nbest_path = epath.Path(nbest_path)
   if nbest_path.is_dir():
     hypotheses, file_format = parse_kaldi(nbest_path, acoustic_scale), KALDI
+    read = list(kaldi_files(nbest_path).values())
   else:
     hypotheses, file_format = parse_nbest(_read_lines(nbest_path, "--input"), str(nbest_path))
+    read = [nbest_path]
   references = None
   if references_path is not None:
     references = parse_references(_read_lines(epath.Path(references_path), "--references"),
                                   str(references_path), (h.utterance for h in hypotheses))
   weight = _lm_weight(lm_weight, references is not None)
-  json_io.check_output(output)
+  json_io.check_output(output, [*(("--input", path) for path in read),
+                                ("--references", references_path)])
   model = evaluate.load(workdir, config)
   lists, summary = rescore(hypotheses, lm_log_probs(model, [h.text for h in hypotheses]),
                            references, weight, word_penalty)

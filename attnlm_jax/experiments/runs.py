@@ -115,7 +115,7 @@ def read_run(workdir) -> dict:
   path = workdir / logging_utils.METRICS_FILE
   if not path.exists():
     raise RunError(f"{path} not found: {workdir} is not the --workdir of a training run")
-  records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  records = _records(path)
   starts = [r for r in records if r.get("event") == "start"]
   if not starts:
     raise RunError(f"{path} has no start record: pass the --workdir of a training run")
@@ -152,6 +152,27 @@ def read_run(workdir) -> dict:
                                                             for s in starts)))),
           "diverged": {key: diverged[key] for key in ("step", "learning_rate", "reason")}
                       if diverged else None}
+
+
+def _records(path: epath.Path) -> list[dict]:
+  """The JSON records of a metrics file, one a line. A last line without its newline that is
+  not whole is left out: one being written, or cut off by a hard kill (the resumed run's
+  writer drops it, `logging_utils.MetricWriter`). Any other line that is not JSON is a
+  RunError naming it."""
+  text = path.read_text()
+  lines = text.splitlines()
+  records = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError as e:
+      if number == len(lines) and not text.endswith("\n"):
+        break
+      raise RunError(f"{path}, line {number}, is not a JSON record ({e.msg}): restore the file "
+                     "from a copy of the run, or delete that line") from None
+  return records
 
 
 def is_finished(workdir) -> bool:

@@ -4,6 +4,7 @@ each finished row, chosen on valid, scored on test; each row's results in `<row>
 and `testtime.md` with published results beside them (docs/testtime.md)."""
 
 import datetime
+import json
 import math
 from typing import NamedTuple, Optional, Sequence
 
@@ -29,6 +30,7 @@ PAGE_MD = "testtime.md"
 ROW_FILE = "testtime.json"
 PROGRESS_FILE = "testtime_progress.json"
 HEAD_CACHE_FILE = "cache_head.json"
+HEAD_CACHE_COMMAND = "--mode=evaluate --split=test --cache=SIZE --cache_states=head"
 METHODS = ("cache", "dynamic_sgd", "dynamic_rms")
 # The cap on the training batches that gave the RMS rule's MS_g until 2026-11-28 (results made
 # then do not record theirs; dynamic_eval.STAT_BATCHES).
@@ -95,15 +97,30 @@ class Progress(dict):
     """What the file at `path` was made with and its entries; (None, {}) with no file."""
     if not path.exists():
       return None, {}
-    saved = json_io.loads(path.read_text())
+    saved = _read_json(path, "delete it: the row's evaluation then starts afresh")
     return saved["made_with"], saved["entries"]
 
   def __setitem__(self, key: str, value: dict) -> None:
     super().__setitem__(key, value)
-    partial = self.path.parent / f"{self.path.name}.partial"
-    partial.write_text(json_io.dumps({"made_with": self.made_with, "entries": dict(self)},
-                                  indent=1) + "\n")
-    partial.replace(self.path)  # Whole or not at all, even if stopped while writing.
+    _write_json(self.path, {"made_with": self.made_with, "entries": dict(self)})
+
+
+def _write_json(path: epath.Path, value: dict) -> None:
+  """`value` into the JSON file at `path`, whole or not at all even if stopped while writing
+  (through `path`.partial)."""
+  partial = path.parent / f"{path.name}.partial"
+  partial.write_text(json_io.dumps(value, indent=1) + "\n")
+  partial.replace(path)
+
+
+def _read_json(path: epath.Path, fix: str):
+  """The JSON value the file at `path` holds; UserError naming it, the line and `fix` when
+  it holds none, or more than one (cut off, empty, two lines)."""
+  try:
+    return json_io.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise errors.UserError(f"{path} is not one JSON value ({e.msg}, line {e.lineno}): "
+                           f"{fix}") from None
 
 
 def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
@@ -136,7 +153,7 @@ def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   path = row_dir / ROW_FILE
   if not path.exists():
     return None
-  saved = json_io.loads(path.read_text())
+  saved = _read_json(path, "delete it to evaluate the row again")
   step = checkpoints.evaluated_step(row_dir)
   if step is not None and saved.get("step") != step:
     return None
@@ -177,10 +194,11 @@ def _head_cache(row_dir: epath.Path) -> Optional[dict]:
   path = row_dir / HEAD_CACHE_FILE
   if not path.exists():
     return None
-  found = json_io.loads(path.read_text())
+  found = _read_json(path, f"make it again with {HEAD_CACHE_COMMAND} --workdir={row_dir} "
+                          f"> {path}, or delete it")
   if found.get("method") != "cache" or found.get("cache_states") != "head":
     raise errors.UserError(f"{path} is not a cache over the output layer's h'_t: make it with "
-                           "--mode=evaluate --split=test --cache=SIZE --cache_states=head")
+                           f"{HEAD_CACHE_COMMAND}")
   return {**{key: value for key, value in found.items() if key != "grid"},
           **{f"valid_{key}": _valid(found, key) for key in RULES}}
 
@@ -395,7 +413,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
     if found is None and row.name in selected and state["status"] == row_status.FINISHED:
       logging.info("testtime: row %s", row.name)
       found = row_results(row_dir, cache_size, dynamic_window, grid_extensions)
-      (row_dir / ROW_FILE).write_text(json_io.dumps(found, indent=1) + "\n")
+      _write_json(row_dir / ROW_FILE, found)
       (row_dir / PROGRESS_FILE).unlink()
       evaluated.append(row.name)
     made = None if found else _in_progress(row_dir, cache_size, dynamic_window,

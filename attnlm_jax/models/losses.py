@@ -4,7 +4,8 @@
   mini-batch size");
 - `perplexity = exp(sum NLL / predicted tokens)`, the standard perplexity;
 - `perplexity_paper_convention = exp(sum of NLL without each sentence's first token /
-  predicted tokens)`: the papers' released code's rule. A sentence's first token is the one
+  every token of the split as the released code counts it)` (`LMData.released_count`): the
+  papers' released code's rule. A sentence's first token is the one
   whose input is `<eos>` (the start symbol, or the end of the previous sentence in a row).
 """
 

@@ -2,6 +2,7 @@
 the saved weights a moving average of the trained ones; scored on the CoNLL-2000 test split."""
 
 import json
+import math
 import time
 
 from etils import epath
@@ -16,6 +17,7 @@ from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax.tagger import corpora
 from attnlm_jax.tagger import model as model_lib
 from attnlm_jax.tagger import tagging
+from attnlm_jax.training import run_config
 
 
 def _loss(params, config, batch, rng):
@@ -24,6 +26,27 @@ def _loss(params, config, batch, rng):
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["tags"])
   mask = batch["tags"] != 0
   return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1)
+
+
+def _check_config(config: ml_collections.ConfigDict) -> None:
+  """Raises a UserError for settings that cannot train (one line each), before anything is
+  read or written."""
+  run_config.check_seeds(config)
+  for name, value in (("train.num_epochs", config.train.num_epochs),
+                      ("data.batch_size", config.data.batch_size)):
+    if value < 1:
+      raise corpora.TaggerError(f"config.{name} = {value} must be at least 1")
+  if config.data.max_train_sentences < 0:
+    raise corpora.TaggerError(f"config.data.max_train_sentences = "
+                              f"{config.data.max_train_sentences} must be at least 0 (0: all)")
+  for name in ("learning_rate", "grad_clip"):
+    if not 0 < config.train[name] < math.inf:
+      raise corpora.TaggerError(f"config.train.{name} = {config.train[name]} must be a "
+                                "positive number")
+  decay = config.train.get("ema_decay", 0.0)
+  if not 0 <= decay < 1:
+    raise corpora.TaggerError(f"config.train.ema_decay = {decay} must be in [0, 1): the "
+                              "weight of the moving average's past (0: no average)")
 
 
 def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
@@ -42,10 +65,7 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
     raise corpora.TaggerError(f"{workdir} already holds a trained tagger, which the models "
                               "trained on its tags need: pass a new --workdir (or remove "
                               f"{workdir} to train it again)")
-  for name, value in (("train.num_epochs", config.train.num_epochs),
-                      ("data.batch_size", config.data.batch_size)):
-    if value < 1:
-      raise corpora.TaggerError(f"config.{name} = {value} must be at least 1")
+  _check_config(config)
   train = corpora.training_sentences(config.data)
   test = corpora.read_conll(epath.Path(config.data.data_dir) / "test.txt",
                             config.data.drop_punctuation)

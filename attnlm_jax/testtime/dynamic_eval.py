@@ -18,6 +18,7 @@ divergence: docs/testtime.md, "Dynamic evaluation".
 
 import dataclasses
 import functools
+import math
 from typing import Iterator, MutableMapping, NamedTuple, Optional, Sequence
 
 from absl import logging
@@ -291,13 +292,14 @@ def perplexities(tokens: np.ndarray, log_probs: np.ndarray,
 
 
 def check(method: str, learning_rate: Optional[float], decay: Optional[float]) -> None:
-  """Raises DynamicEvalError for an unknown method or a negative rate (None: searched)."""
+  """Raises DynamicEvalError for an unknown method or a rate that is negative or not finite
+  (None: searched)."""
   if method not in METHODS:
     raise DynamicEvalError(f"--dynamic={method} is unknown: use one of {', '.join(METHODS)}")
   for flag, value in (("dynamic_lr", learning_rate), ("dynamic_decay", decay)):
-    if value is not None and not value >= 0:
-      raise DynamicEvalError(f"--{flag}={value} must be >= 0 (or omitted to search it on "
-                             f"{FIT_SPLIT})")
+    if value is not None and not 0 <= value < math.inf:
+      raise DynamicEvalError(f"--{flag}={value} must be a number >= 0 (or omitted to search "
+                             f"it on {FIT_SPLIT})")
 
 
 def pass_key(split: str, method: Optional[str] = None, learning_rate: float = 0.0,

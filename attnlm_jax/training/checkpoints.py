@@ -361,13 +361,15 @@ def check_config(workdir: epath.Path, config: ml_collections.ConfigDict) -> None
 
 def check_evaluation_config(workdir: epath.Path, config: ml_collections.ConfigDict) -> None:
   """Raises CheckpointError when `config` would evaluate the run's weights as another network
-  than they were trained as: a model field, or `data.start_symbol` (what a sentence starts
-  from), other than in its config.json, those of EVALUATION_FREE_KEYS excepted."""
+  than they were trained as: a model field, `data.start_symbol` (what a sentence starts
+  from) or `data.span` (whether the checkpoint holds the stream protocol's carried state,
+  `steps.initial_state`) other than in its config.json, those of EVALUATION_FREE_KEYS
+  excepted."""
   if not (workdir / CONFIG_FILE).exists():
     return
   differences = {key: values for key, values in config_differences(
       as_json(config), as_json(read_config(workdir)), EVALUATION_FREE_KEYS).items()
-                 if key.startswith("model.") or key == "data.start_symbol"}
+                 if key.startswith("model.") or key in ("data.start_symbol", "data.span")}
   if differences:
     raise CheckpointError(
         f"{workdir} was trained as another network ({_listed(differences)}): evaluate it "

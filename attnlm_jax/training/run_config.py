@@ -38,8 +38,17 @@ def _check_split(config: ml_collections.ConfigDict, field: str) -> None:
                       f"(--config.data.{field})")
 
 
+def check_seeds(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError for a negative `seed` or `data.seed` (where the config has one):
+  numpy's random generators take none."""
+  for name, seed in (("seed", config.seed), ("data.seed", config.data.get("seed", 0))):
+    if seed < 0:
+      raise ConfigError(f"config.{name} = {seed} must be at least 0 (--config.{name})")
+
+
 def check_training(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError for training settings that cannot work (one line each)."""
+  check_seeds(config)
   devices = jax.device_count()
   for field in ("batch_size", "eval_batch_size"):
     _check_split(config, field)

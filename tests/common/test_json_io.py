@@ -2,10 +2,12 @@
 
 import json
 import math
+import re
 
 import pytest
 
 from attnlm_jax.common import json_io
+from attnlm_jax.common.errors import UserError
 import tiny_config
 
 
@@ -42,3 +44,17 @@ def test_every_committed_result_is_standard_json():
     text = path.read_text()
     for document in (text.splitlines() if path.suffix == ".jsonl" else [text]):
       _strict(document)
+
+
+def test_an_output_that_is_a_file_read_is_refused(tmp_path):
+  """Writing it would overwrite the input: the same path, another spelling of it, a link."""
+  read = tmp_path / "in.txt"
+  read.write_text("the cat\n")
+  (tmp_path / "link.txt").symlink_to(read)
+  inputs = [("--references", None), ("--input", read)]
+  json_io.check_output(str(tmp_path / "out.txt"), inputs)
+  for output in (read, tmp_path / "new" / ".." / "in.txt", tmp_path / "link.txt"):
+    with pytest.raises(UserError, match=re.escape(
+        f"--output={output} would overwrite {read}, read by --input: name another file")):
+      json_io.check_output(str(output), inputs)
+  assert read.read_text() == "the cat\n"

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attnlm_jax.common.errors import UserError
 from attnlm_jax import data as data_lib
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.evaluation import rescoring
@@ -233,6 +234,21 @@ def test_run_reads_a_kaldi_directory_as_the_same_lists(model, tmp_path, monkeypa
   assert {r["text"]: r["fields"] for r in outputs["kaldi"]} == {
       "the cat sat": ["80", "2.0"], "the cat sad": ["70", "2.5"],
       "a cat sat down": ["95.5", "1.45"], "hello world": ["30", "1.0"]}
+
+
+@pytest.mark.parametrize("nbest, output", [
+    ("nbest.txt", "nbest.txt"), ("nbest.txt", "ref.txt"), ("nbest", "nbest/lm_cost")])
+def test_run_refuses_an_output_that_is_a_file_it_reads(tmp_path, monkeypatch, nbest, output):
+  """The n-best file, the references, or a file of a Kaldi directory, before the LM loads."""
+  monkeypatch.setattr(rescoring.evaluate, "load", tiny_config.must_not_run)
+  (tmp_path / "nbest.txt").write_text(NBEST)
+  (tmp_path / "ref.txt").write_text(REFERENCES)
+  _kaldi_dir(tmp_path / "nbest", KALDI_TEXT, KALDI_AC, KALDI_LM)
+  before = {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
+  flag = "--references" if output == "ref.txt" else "--input"
+  with pytest.raises(UserError, match=f"would overwrite {tmp_path / output}, read by {flag}:"):
+    rescoring.run("unused", tmp_path / nbest, tmp_path / "ref.txt", str(tmp_path / output))
+  assert {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("text, message", [

@@ -1,9 +1,12 @@
 """Tests of attnlm_jax.experiments.results: printed rows, differences to them, curves of runs."""
 
 import json
+import re
 
+from etils import epath
 import pytest
 
+from attnlm_jax.common import logging_utils
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import runs
 
@@ -117,6 +120,27 @@ def test_an_epoch_split_between_two_places_is_timed_in_neither(tmp_path):
       "gpu, 1 device, 16 host CPUs": 10.0, "cpu, 1 device, 2 host CPUs": 60.0}
   assert run["last_epoch_seconds"] == 5.0
   assert _read_log(tmp_path, records[:5])["last_epoch_seconds"] is None   # epoch 3: split
+
+
+def test_a_record_cut_off_by_a_hard_kill_is_left_out_and_the_resumed_log_reads(tmp_path):
+  """A last line without its newline (a record cut off, or being written) is left out; the
+  resumed run's writer drops it instead of gluing its first record to it; any other line
+  that is not JSON is named."""
+  records = [_start(0, _CPU), _epoch(1, 10.0)]
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 12, "lo')
+  assert runs.read_run(tmp_path)["valid_curve"] == [[1, 49.0]]
+  writer = logging_utils.MetricWriter(epath.Path(tmp_path))
+  writer.write_scalars(12, {"loss": 3.0})
+  writer.close()
+  assert path.read_text().splitlines()[-1] == '{"step": 12, "loss": 3.0}'
+  assert runs.read_run(tmp_path)["epochs_run"] == 1
+  for broken in ('{"step": 12, "lo\n', '{"step": 12, "lo\n{"step": 13}\n'):
+    path.write_text(json.dumps(records[0]) + "\n" + broken)
+    with pytest.raises(runs.RunError, match=re.escape(
+        f"{path}, line 2, is not a JSON record (Unterminated string starting at): restore the "
+        "file from a copy of the run, or delete that line")):
+      runs.read_run(tmp_path)
 
 
 @pytest.mark.parametrize("low, high, expected", [

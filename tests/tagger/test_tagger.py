@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from attnlm_jax import data as data_lib
+from attnlm_jax.common import errors
 from attnlm_jax.data import batching
 from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax.evaluation import evaluate
@@ -245,7 +246,18 @@ def test_the_command_line_ends_with_the_saved_accuracy(shared_data, tmp_path):
 @pytest.mark.parametrize("train_text, override, message", [
     ("\n\n", {}, "no tagged train sentences in"),
     ("He PRP B-NP\n", {"data.batch_size": 0}, "config.data.batch_size = 0 must be at least 1"),
-    ("He PRP B-NP\n", {"train.num_epochs": 0}, "config.train.num_epochs = 0 must be at least 1")])
+    ("He PRP B-NP\n", {"train.num_epochs": 0}, "config.train.num_epochs = 0 must be at least 1"),
+    ("He PRP B-NP\n", {"data.max_train_sentences": -1},
+     r"config.data.max_train_sentences = -1 must be at least 0 \(0: all\)"),
+    ("He PRP B-NP\n", {"train.learning_rate": 0.0},
+     "config.train.learning_rate = 0.0 must be a positive number"),
+    ("He PRP B-NP\n", {"train.learning_rate": float("nan")},
+     "config.train.learning_rate = nan must be a positive number"),
+    ("He PRP B-NP\n", {"train.grad_clip": 0.0}, "config.train.grad_clip = 0.0 must be a"),
+    ("He PRP B-NP\n", {"train.ema_decay": 1.0},
+     r"config.train.ema_decay = 1.0 must be in \[0, 1\)"),
+    ("He PRP B-NP\n", {"train.ema_decay": -0.1}, "config.train.ema_decay = -0.1 must be in"),
+    ("He PRP B-NP\n", {"seed": -1}, "config.seed = -1 must be at least 0")])
 def test_a_tagger_that_could_not_train_is_refused_in_one_line(tmp_path, train_text, override,
                                                               message):
   (tmp_path / "train.txt").write_text(train_text)
@@ -253,10 +265,12 @@ def test_a_tagger_that_could_not_train_is_refused_in_one_line(tmp_path, train_te
   config = CONFIG()
   config.data.data_dir = str(tmp_path)
   config.data.treebank_dir = ""
+  config.data.lm_data_dir = ""
+  config.model = tiny_model_config()
   for key, value in override.items():
-    section, field = key.split(".")
-    config[section][field] = value
-  with pytest.raises(tagger_corpora.TaggerError, match=message):
+    *section, field = key.split(".")
+    (config[section[0]] if section else config)[field] = value
+  with pytest.raises(errors.UserError, match=message):
     tagger_trainer.train_tagger(config, tmp_path / "tagger")
   assert not (tmp_path / "tagger").exists()
 

@@ -185,6 +185,15 @@ def test_bad_dynamic_settings_are_refused(model):
     dynamic_eval.DynamicEvaluator(model, window=0)
 
 
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_a_dynamic_rate_that_is_not_finite_is_refused(value):
+  """An infinite rate would report an infinite perplexity as a result, not as an error."""
+  with pytest.raises(dynamic_eval.DynamicEvalError, match=f"--dynamic_lr={value} must be"):
+    dynamic_eval.check("sgd", value, None)
+  with pytest.raises(dynamic_eval.DynamicEvalError, match=f"--dynamic_decay={value} must be"):
+    dynamic_eval.check("rms", 0.1, value)
+
+
 def test_a_method_that_diverges_at_every_grid_point_reads_diverged(model, monkeypatch):
   monkeypatch.setattr(dynamic_eval, "GRIDS", {"sgd": {"learning_rate": (1e6,),
                                                       "decay": (0.0,)}})

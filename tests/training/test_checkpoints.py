@@ -104,6 +104,23 @@ def test_refuses_other_parameter_shapes(tmp_path):
 STREAM = {"data__span": "stream", "data__bucket": False}
 
 
+def test_evaluation_refuses_another_span_than_the_run_trained_with(tmp_path):
+  """A stream-protocol checkpoint holds the state each training row carries, which one of
+  sentence rows does not: an evaluating config must ask for the run's span (its batches may
+  differ: evaluation restores the carried state, whatever its rows, and does not use it)."""
+  for saved, evaluating, difference in ((STREAM, {"data__bucket": False}, "stream there, "
+                                                                         "sentence here"),
+                                        ({}, STREAM, "sentence there, stream here")):
+    (tmp_path / checkpoints.CONFIG_FILE).write_text(
+        tiny_config.config(**saved).to_json_best_effort())
+    with pytest.raises(checkpoints.CheckpointError, match=re.escape(
+        f"{tmp_path} was trained as another network (data.span is {difference}): evaluate")):
+      checkpoints.check_evaluation_config(epath.Path(tmp_path),
+                                          tiny_config.config(**evaluating))
+    checkpoints.check_evaluation_config(epath.Path(tmp_path), tiny_config.config(
+        **saved, data__batch_size=200, data__eval_batch_size=500))
+
+
 def _command(workdir, **overrides) -> list[str]:
   # 2 epochs x 50 steps; step checkpoints every 20 steps; a metrics line every step.
   return [sys.executable, "-m", "attnlm_jax.main", *tiny_config.flags(

@@ -163,6 +163,21 @@ def test_a_bad_schedule_is_refused_in_one_line(field, value, message):
     run_config.check_training(config)
 
 
+@pytest.mark.parametrize("field", ["seed", "data.seed"])
+def test_a_negative_seed_is_refused_before_anything_is_written(tmp_path, field):
+  """numpy's generators take no negative seed: `data.seed`, the data order's, which follows
+  `seed` unless given a value of its own."""
+  config = tiny_config.config()
+  if field == "seed":
+    config.seed = -1
+  else:
+    config = config.copy_and_resolve_references()
+    config.data.seed = -1
+  with pytest.raises(ConfigError, match=rf"config.{field} = -1 must be at least 0"):
+    train.train_and_evaluate(config, tmp_path / "run")
+  assert not (tmp_path / "run").exists()
+
+
 def test_a_floor_above_the_first_epochs_learning_rate_is_refused():
   """With lr_decay_after = 0 the first epoch already trains at lr / divisor."""
   config = tiny_config.config(train__learning_rate=1.0, train__lr_decay_after=0,
