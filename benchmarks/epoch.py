@@ -64,6 +64,7 @@ from ml_collections import config_flags
 import numpy as np
 
 from attnlm_jax.common.errors import UserError
+from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
 from attnlm_jax import data as data_lib
 from attnlm_jax.data import locations
@@ -113,8 +114,8 @@ def bench_config(config, steps: int):
 def jax_loop_rate(config, data: data_lib.LMData, workdir: epath.Path) -> float:
   """Tokens/s of the training loop over `data`'s (cut) epoch, as its metrics.jsonl says."""
   train.train_and_evaluate(config, workdir, data=data)
-  records = [json.loads(line) for line in
-             (workdir / logging_utils.METRICS_FILE).read_text().splitlines()]
+  records = json_io.read_records(workdir / logging_utils.METRICS_FILE, UserError,
+                                 "run the benchmark again")
   return next(r["tokens_per_second"] for r in records if "tokens_per_second" in r)
 
 

@@ -27,7 +27,6 @@ import functools
 import json
 import os
 import pathlib
-import runpy
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnlm_jax.common import config_files
 from attnlm_jax.common import logging_utils
 from attnlm_jax import models
 from attnlm_jax.models import losses
@@ -108,7 +108,7 @@ TINY = Sizes(vocab_size=101, hidden_size=16, num_layers=2, time_steps=8, batch_s
 
 def ptb_config(score: str, precision: str, sizes: Sizes, batch_size: int):
   """`configs/ptb.py:score=SCORE` at `sizes` and `batch_size`, completed for training."""
-  config = runpy.run_path(str(REPO / "configs" / "ptb.py"))["get_config"](f"score={score}")
+  config = config_files.load_config(f"{REPO / 'configs' / 'ptb.py'}:score={score}")
   config.data.batch_size = batch_size
   config.data.max_len = sizes.time_steps        # The model's memory follows (a reference).
   config.model.hidden_size = sizes.hidden_size

@@ -16,7 +16,6 @@ gradient to the CPU's, and the median milliseconds of the jitted loss-and-gradie
 
 import json
 import pathlib
-import runpy
 import time
 
 from absl import app
@@ -25,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnlm_jax.common import config_files
 from attnlm_jax import models
 from attnlm_jax.models import nn
 
@@ -42,7 +42,7 @@ SUBSAMPLE = 97                 # every 97th gradient element is kept for the com
 
 def loss_and_params(score: str):
   """The model's parameters and its training loss (summed NLL / batch) on fixed batches."""
-  config = runpy.run_path(str(CONFIG_FILE))["get_config"](f"score={score}").model
+  config = config_files.load_config(f"{CONFIG_FILE}:score={score}").model
   config.vocab_size = VOCAB_SIZE
   params = models.init(jax.random.key(0), config)
   rng = np.random.default_rng(0)

@@ -26,7 +26,9 @@ import time
 from absl import app
 from absl import flags
 
+from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
+from attnlm_jax.common.errors import UserError
 from attnlm_jax.data import locations
 from benchmarks.shapes import SHARED_DATA
 
@@ -91,7 +93,8 @@ def run_attnlm(args: list[str], workdir: pathlib.Path, batches: int) -> dict:
   while len(rates) < batches // LOG_EVERY and process.poll() is None:
     time.sleep(1.0)
     if metrics.exists():
-      rates = [r["tokens_per_second"] for r in map(json.loads, metrics.read_text().splitlines())
+      rates = [r["tokens_per_second"]
+               for r in json_io.read_records(metrics, UserError, "run the benchmark again")
                if "tokens_per_second" in r]
       if rates and first_log is None:
         first_log = time.monotonic() - started

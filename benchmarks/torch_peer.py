@@ -5,8 +5,8 @@ PyTorch user would write it: `nn.LSTM`, the attention of every step at once over
 outputs [0, h_1 .. h_{T-1}] with the causal mask of `attnlm_jax/models/memory.py`, the merge layer
 h'_t = tanh(W_h h_t + W_c c_t + b_c), the tied softmax, the loss sum of masked token NLL /
 batch size, the gradient clipped at global norm 5 and plain SGD. `load_jax_params` copies a
-JAX params pytree in, so `tests/test_torch_peer.py` can check that both compute the same
-loss and gradients and the throughput benchmark compares the same computation.
+JAX params pytree in, so `tests/benchmarks/test_torch_peer.py` can check that both compute
+the same loss and gradients and the throughput benchmark compares the same computation.
 """
 
 import contextlib
@@ -174,25 +174,3 @@ def load_jax_params(model: AttentiveLM, params: dict) -> None:
   with torch.no_grad():
     for name, param in model.named_parameters():
       param.copy_(tensors[name])
-
-
-def jax_layout(model: AttentiveLM, arrays: dict) -> dict:
-  """Peer tensors {parameter name: array} rearranged as a JAX params pytree.
-
-  E.g. the gradients `{n: p.grad for n, p in model.named_parameters()}`. Of the two LSTM
-  biases only b_ih is kept (b_hh is frozen at 0).
-  """
-  arrays = {name: np.asarray(value) for name, value in arrays.items()}
-  out = {"embed": arrays.pop("embed"), "out_bias": arrays.pop("out_bias"), "lstm": []}
-  for depth in range(model.lstm.num_layers):
-    out["lstm"].append({"w_x": arrays.pop(f"lstm.weight_ih_l{depth}").T,
-                        "w_h": arrays.pop(f"lstm.weight_hh_l{depth}").T,
-                        "b": arrays.pop(f"lstm.bias_ih_l{depth}")})
-    arrays.pop(f"lstm.bias_hh_l{depth}")
-  head = {name[len("head_"):]: arrays.pop(name) for name in list(arrays)
-          if name.startswith("head_")}
-  if head:
-    out["head"] = head
-  if arrays:
-    out["score"] = arrays
-  return out

@@ -1,12 +1,14 @@
 """JSON that stays standard (RFC 8259) when a number is not finite: `dumps` writes an infinite
 perplexity as the string "inf" (and "-inf", "nan"), `loads` reads them back as floats;
-`write_records` writes such JSON lines to a file the user names, or to stdout."""
+`write_json` writes such a file whole or not at all, `read_json` and `read_records` read a
+file of one JSON value or of JSON lines with a one-line error naming it, and `write_records`
+writes JSON lines to a file the user names, or to stdout."""
 
 import json
 import math
 import os
 import sys
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Type
 
 from etils import epath
 
@@ -46,6 +48,50 @@ def loads(text: str) -> Any:
   """What `dumps` wrote: its strings "inf", "-inf" and "nan" as floats. For files of
   results only: a string value that is one of those names becomes a float."""
   return _numbers(json.loads(text))
+
+
+def read_json(path: epath.Path, error_type: Type[UserError], fix: str, *,
+              results: bool = False) -> Any:
+  """The JSON value the file at `path` holds (read by `loads` with `results`, else as written:
+  a vocabulary's word "nan" stays a word); `error_type` naming the file, where it fails and
+  `fix` when it holds none, or more than one (cut off, empty, two lines), or is not UTF-8."""
+  try:
+    text = path.read_text()
+    return loads(text) if results else json.loads(text)
+  except json.JSONDecodeError as e:
+    problem = f"{e.msg}, line {e.lineno}"
+  except UnicodeDecodeError as e:
+    problem = f"byte {e.start} is not UTF-8"
+  raise error_type(f"{path} is not one JSON value ({problem}): {fix}")
+
+
+def write_json(path: epath.Path, value: Any) -> None:
+  """`dumps` of `value` (indented) into the file at `path`, its directory made, whole or not at
+  all even if stopped while writing (through `path`.partial)."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  partial = path.parent / f"{path.name}.partial"
+  partial.write_text(dumps(value, indent=1) + "\n")
+  partial.replace(path)
+
+
+def read_records(path: epath.Path, error_type: Type[UserError], fix: str) -> list[dict]:
+  """The records (`loads`) of a file of JSON lines, one a line, blank lines skipped. A last line
+  without its newline that is not whole is left out: one being written (a log read while its
+  run appends to it), or cut off by a hard kill. Any other line that is not JSON is
+  `error_type` naming the file, the line and `fix`."""
+  text = path.read_text()
+  lines = text.splitlines()
+  records = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      records.append(loads(line))
+    except json.JSONDecodeError as e:
+      if number == len(lines) and not text.endswith("\n"):
+        break
+      raise error_type(f"{path}, line {number}, is not a JSON record ({e.msg}): {fix}") from None
+  return records
 
 
 def _same_file(a, b) -> bool:

@@ -7,7 +7,6 @@ import importlib.metadata
 import json
 import logging as std_logging
 import os
-import pathlib
 import platform
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ from typing import Any, Mapping
 from absl import logging
 from etils import epath
 import tqdm
+
+from attnlm_jax.common import checkout
 
 METRICS_FILE = "metrics.jsonl"
 CODE_PATHS = ("attnlm_jax", "configs", "setup.py")  # What a change of marks a code_version.
@@ -165,7 +166,7 @@ def code_version() -> str:
   installed package's "attnlm_jax==VERSION". A rerun repeats a run bit for bit only with the
   same code: a change in how dropout masks are drawn, say, changes every step after it. Other
   files (docs, the results pages a run in progress rewrites) do not mark it."""
-  source = os.fspath(pathlib.Path(__file__).resolve().parents[2])  # The checkout's root.
+  source = os.fspath(checkout.REPOSITORY)
 
   def git(*args: str) -> str:
     return subprocess.run(["git", "-C", source, *args], capture_output=True, text=True,

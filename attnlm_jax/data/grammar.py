@@ -142,6 +142,7 @@ def verb_number(verb: str) -> int | None:
 
 
 _ALL_ADJECTIVES = frozenset(w for a in _ADJECTIVES.values() for w in a)
+# Every word the grammar can write: the corpus's types are drawn from these alone.
 VOCABULARY = frozenset(
     set(NOUN_NUMBER) | set(_VERBS) | set(_PRE_ADVERBS) | set(_POST_ADVERBS) | _ALL_ADJECTIVES
     | set(_PREPOSITIONS) | {w for d in _DETERMINERS.values() for w in d}

@@ -16,6 +16,7 @@ from etils import epath
 import numpy as np
 
 from attnlm_jax.common import errors
+from attnlm_jax.common import json_io
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -106,14 +107,17 @@ class Vocabulary:
   def load(cls, path) -> Vocabulary:
     """Reads a vocabulary written by `save`."""
     path = epath.Path(path)
+    fix = "write it with Vocabulary.save"
     try:
-      words = json.loads(path.read_text())["words"]
+      saved = json_io.read_json(path, VocabularyError, fix)
     except FileNotFoundError:
       raise VocabularyError(f"{path} not found: pass the vocab.json saved with the "
                             "checkpoint") from None
-    except (ValueError, KeyError, TypeError) as e:
+    try:
+      words = saved["words"]
+    except (KeyError, TypeError) as e:
       raise VocabularyError(f"{path} is not a saved vocabulary ({type(e).__name__}): "
-                            "write it with Vocabulary.save") from None
+                            f"{fix}") from None
     return cls(words)
 
   def fingerprint(self) -> str:

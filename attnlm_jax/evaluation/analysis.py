@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from attnlm_jax.common import errors
+from attnlm_jax.common import json_io
 from attnlm_jax.common import text_files
 from attnlm_jax.common import figures
 from attnlm_jax import data as data_lib
@@ -48,12 +49,6 @@ class AnalysisError(errors.UserError):
 
 
 # ----------------------------------------------------------------------------- forward passes
-def has_attention(model_config) -> bool:
-  """True for the models whose attention can be drawn over a sentence
-  (`models.has_sentence_attention`)."""
-  return models.has_sentence_attention(model_config)
-
-
 def slot_labels(model_config, inputs: Sequence[str]) -> list[str]:
   """What each attention slot holds, named by input word (the x axis of a heatmap).
 
@@ -164,11 +159,11 @@ def sentence_attention(model: evaluate.TrainedModel, sentences: Sequence,
   """The weights `models.apply(..., return_attention=True)` gives each sentence.
 
   Args:
-    model: a model with attention (`has_attention`), else AnalysisError.
+    model: a model with attention (`models.has_sentence_attention`), else AnalysisError.
     sentences: strings (words split at whitespace) or word sequences.
     label: the model's name in the figures.
   """
-  if not has_attention(model.config.model):
+  if not models.has_sentence_attention(model.config.model):
     raise AnalysisError(f"model {label or model.config.model.score!r} (score "
                         f"{model.config.model.score!r}) has no attention weights: pass a "
                         "workdir of an attentive model")
@@ -483,11 +478,6 @@ def default_sentences(model: evaluate.TrainedModel, split: str, count: int = 3) 
   return [" ".join(model.vocab.decode(s[:-1])) for s in chosen]
 
 
-def _write_json(path, value) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps(value, indent=1))
-
-
 def read_probes(files: Sequence = ()) -> dict[str, list[dict]]:
   """name (the file name up to its first dot) -> items of each probe file (`read_probe`);
   no files: the embedded agreement set, as "agreement"."""
@@ -525,17 +515,18 @@ def analyze(trained: Mapping[str, evaluate.TrainedModel], out_dir, *,
   out_dir.mkdir(parents=True, exist_ok=True)
   first = next(iter(trained.values()))
   sentences = list(sentences) or default_sentences(first, split)
-  attentive = {label: m for label, m in trained.items() if has_attention(m.config.model)}
+  attentive = {label: m for label, m in trained.items()
+               if models.has_sentence_attention(m.config.model)}
   files, summary = [], {"entropy": {}, "probe": {}}
   if attentive:
     attentions = {label: sentence_attention(m, sentences, label)
                   for label, m in attentive.items()}
     plot_attention(attentions, out_dir / "attention.png")
-    _write_json(out_dir / "attention.json", attention_json(attentions))
+    json_io.write_json(out_dir / "attention.json", attention_json(attentions))
     effects = {label: smoothing_effect(m, split, max_sentences)
                for label, m in attentive.items()}
     plot_entropy(effects, out_dir / "entropy.png")
-    _write_json(out_dir / "entropy.json", effects)
+    json_io.write_json(out_dir / "entropy.json", effects)
     files += ["attention.png", "attention.json", "entropy.png", "entropy.json"]
     summary["entropy"] = {label: {k: e[k] for k in ("entropy", "uniform_entropy",
                                                       "entropy_ratio", "kl")}
@@ -543,7 +534,7 @@ def analyze(trained: Mapping[str, evaluate.TrainedModel], out_dir, *,
   for name, items in (read_probes() if probes is None else probes).items():
     summaries = {label: probe(m, items) for label, m in trained.items()}
     plot_probe(summaries, out_dir / f"probe_{name}.png")
-    _write_json(out_dir / f"probe_{name}.json", {"probe": name, "models": summaries})
+    json_io.write_json(out_dir / f"probe_{name}.json", {"probe": name, "models": summaries})
     files += [f"probe_{name}.png", f"probe_{name}.json"]
     summary["probe"][name] = {label: s["accuracy"] for label, s in summaries.items()}
   surprisals = []
@@ -552,7 +543,7 @@ def analyze(trained: Mapping[str, evaluate.TrainedModel], out_dir, *,
     plot_surprisal(per_model, out_dir / f"surprisal_{index}.png")
     surprisals.append({"sentence": sentence, "models": per_model})
     files.append(f"surprisal_{index}.png")
-  _write_json(out_dir / "surprisal.json", surprisals)
+  json_io.write_json(out_dir / "surprisal.json", surprisals)
   files.append("surprisal.json")
   return {"files": files, **summary}
 

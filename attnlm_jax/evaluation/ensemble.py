@@ -20,8 +20,6 @@ from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.models import losses
 
-FIT_SPLIT = "valid"
-
 
 class EnsembleError(UserError):
   """Members or weights that cannot be mixed; the message names them and the fix."""
@@ -113,8 +111,9 @@ def interpolate(workdirs: Sequence, split: str, weights: Optional[Sequence] = No
   tokens, log_probs = scored(split)
   fitted_on = None
   if weights is None:
-    fitted_on = FIT_SPLIT
-    weights = fit_weights(log_probs if split == FIT_SPLIT else scored(FIT_SPLIT)[1])
+    fitted_on = evaluate.FIT_SPLIT
+    weights = fit_weights(log_probs if split == evaluate.FIT_SPLIT
+                          else scored(evaluate.FIT_SPLIT)[1])
   released_count = members[0].released_count(split)
   return {
       "split": split,

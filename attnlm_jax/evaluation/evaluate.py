@@ -31,6 +31,10 @@ from attnlm_jax.training import parallel
 from attnlm_jax.training import run_config
 from attnlm_jax.training import steps
 
+# The split the interpolation weights and the test-time methods' hyperparameters are chosen on
+# (`ensemble`, `cache`, `dynamic_eval`).
+FIT_SPLIT = "valid"
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainedModel:
@@ -188,16 +192,14 @@ def _outputs(model: TrainedModel, num_tokens: int, batches, carry,
   return log_probs, states
 
 
-def stream_log_probs(model: TrainedModel, stream: pipeline.EncodedSplit,
-                     units: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
+def stream_log_probs(model: TrainedModel, stream: pipeline.EncodedSplit) -> np.ndarray:
   """log p(token) [N] (natural log, float64) of every token of an encoded token stream.
 
-  Each unit ((starts, lengths) of contiguous token ranges; default: one per sentence) is
-  one row, scored whole with `models.apply` (with the stream's tags for a POS-tag model) in
-  the batches of evaluation (longest first, `eval_batch_size` rows, pmapped); the result
-  is in stream order.
+  Each sentence is one row, scored whole with `models.apply` (with the stream's tags for a
+  POS-tag model) in the batches of evaluation (longest first, `eval_batch_size` rows,
+  pmapped); the result is in stream order.
   """
-  units = units or batching.sentence_units(stream.sentence_lengths)
+  units = batching.sentence_units(stream.sentence_lengths)
   batches = _unit_batches(stream, units, model.config.data.eval_batch_size)
   return _outputs(model, len(stream.tokens), batches, None, None)[0]
 

@@ -9,10 +9,6 @@ say. `paper_differences` compares a run under the paper's rule (the standard one
 import dataclasses
 from typing import Optional, Sequence
 
-from attnlm_jax.common import figures
-from attnlm_jax.experiments import markdown
-from attnlm_jax.experiments import runs
-
 ZAREMBA = "Zaremba, Sutskever & Vinyals 2015"
 SALTON_2017 = "Salton, Ross & Kelleher 2017"
 SALTON_2018 = "Salton & Kelleher 2018"
@@ -128,55 +124,3 @@ def verdict(percents: Sequence[float]) -> str:
   if len(sides) > 1:
     return f"seeds disagree ({len(percents)} seeds)"
   return {0: "reproduces", 1: "misses", -1: "beats"}[sides.pop()] + f" ({len(percents)} seeds)"
-
-
-def comparison_table(workdirs: Sequence) -> list[dict]:
-  """The papers' rows and the runs', grouped by (corpus, model), papers first.
-
-  Each row: {"source" ("paper" or "run"), "name", "corpus", "score", "params",
-  "printed_valid", "printed_test" (papers), runs.RUN_KEYS (runs), "convention" (papers)}.
-  Every paper row is listed, whether or not a run matches it.
-  """
-  read = [runs.read_run(w) for w in workdirs]
-  rows = [{"source": "paper", "name": f"{p.model} [{p.paper}]", "corpus": p.corpus,
-           "score": p.score, "params": p.params, "printed_valid": p.valid,
-           "printed_test": p.test, **dict.fromkeys(runs.RUN_KEYS), "convention": p.convention}
-          for p in PAPER_RESULTS]
-  rows += [{"source": "run", "name": run["name"], "corpus": run["corpus"],
-            "score": run["score"], "params": f"{run['params'] / 1e6:.2f}M",
-            "printed_valid": None, "printed_test": None,
-            **{key: run[key] for key in runs.RUN_KEYS}, "convention": "both"}
-           for run in read]
-  order = {score: i for i, score in enumerate(dict.fromkeys(p.score for p in PAPER_RESULTS))}
-  return sorted(rows, key=lambda r: (r["corpus"], order.get(r["score"], len(order)),
-                                     r["score"], r["source"] != "paper"))
-
-
-def format_table(rows: Sequence[dict]) -> str:
-  """The comparison as a Markdown table (perplexities to one decimal; "-" when absent)."""
-  columns = ("corpus", "score", "name", "params", "printed_valid", "printed_test",
-             *runs.RUN_KEYS, "convention")
-  headers = ("corpus", "model", "source", "params", "paper valid", "paper test",
-             "valid", "test", "valid (paper conv.)", "test (paper conv.)",
-             "perplexity rule")
-  return markdown.markdown_table(headers, [[markdown.format_number(row[c]) for c in columns]
-                                          for row in rows])
-
-
-def plot_comparison(rows: Sequence[dict], path) -> None:
-  """Test perplexity per row: printed (papers), and both conventions (runs); saves a PNG."""
-  fig = figures.new_figure(figsize=(max(6, 0.45 * len(rows) + 2), 5), layout="constrained")
-  ax = fig.subplots()
-  series = (("printed_test", "paper, as printed", "C0"),
-            ("test_perplexity", "run: perplexity", "C1"),
-            ("test_perplexity_paper_convention", "run: paper convention", "C2"))
-  for offset, (key, label, color) in zip((-0.27, 0.0, 0.27), series):
-    points = [(i + offset, row[key]) for i, row in enumerate(rows) if row[key] is not None]
-    if points:
-      ax.bar(*zip(*points), width=0.27, color=color, label=label)
-  ax.set_xticks(range(len(rows)),
-                [f"{r['corpus']}: {r['score']}\n{r['name'][:28]}" for r in rows],
-                rotation=75, fontsize=7)
-  ax.set(ylabel="test perplexity", title="test perplexity: papers vs runs")
-  ax.legend(fontsize=8)
-  figures.save_figure(fig, path)

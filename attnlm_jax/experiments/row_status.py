@@ -1,14 +1,16 @@
 """What a table's row directory holds (`read`): the row's status, size, epochs and
 perplexities, in the words the pages use."""
 
-import json
 from typing import Optional
 
 from etils import epath
 
+from attnlm_jax.common import errors
+from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
 from attnlm_jax.experiments import runs
 from attnlm_jax.experiments import tables
+from attnlm_jax.tagger import tagging
 
 FINISHED = "finished"
 NOT_STARTED = "not started"
@@ -18,7 +20,6 @@ STALE = "stale"  # An interpolation whose member trained again since: "stale: ls
 INTERPOLATION_FILE = "interpolation.json"  # An interpolation row's result, in its directory.
 # The key of INTERPOLATION_FILE that holds each member's test perplexity by its log when mixed.
 MEMBER_LOGS = "member_test_perplexity"
-TAGGER_FILE = "tagger.json"                # Written by `tagging.save` (attnlm_jax/tagger).
 SPLITS = ("valid", "test")
 
 
@@ -59,9 +60,9 @@ def _patience_ends(run: dict) -> Optional[int]:
 def _tagger_state(row_dir: epath.Path) -> dict:
   """Status, parameter count and test accuracy of a tagger row (and at the test words read as
   `<unk>`, for a tagger scored on the text as an LM corpus shows it; None otherwise)."""
-  if not (row_dir / TAGGER_FILE).exists():
+  if not (row_dir / tagging.META_FILE).exists():
     return {"status": NOT_STARTED}
-  metrics = json.loads((row_dir / TAGGER_FILE).read_text())["metrics"]
+  metrics = tagging.read_meta(row_dir)["metrics"]
   return {"status": FINISHED, "params": metrics["num_params"],
           "test_accuracy": metrics["test_accuracy"],
           "test_accuracy_unk": metrics.get("test_accuracy_unk")}
@@ -78,7 +79,8 @@ def _interpolation_state(row_dir: epath.Path) -> dict:
   log no longer ends where it did when mixed (rerunning the row mixes them anew)."""
   if not (row_dir / INTERPOLATION_FILE).exists():
     return {"status": NOT_STARTED}
-  mixture = json.loads((row_dir / INTERPOLATION_FILE).read_text())
+  mixture = json_io.read_json(row_dir / INTERPOLATION_FILE, errors.UserError,
+                              "delete it: the row mixes its members again", results=True)
   retrained = [member for member, test in mixture.get(MEMBER_LOGS, {}).items()
                if member_test_perplexity(row_dir.parent / member) != test]
   return {"status": f"{STALE}: {', '.join(retrained)} trained again" if retrained else FINISHED,

@@ -6,7 +6,6 @@ the plan, `pages_only` rewrites the pages from what `workdir` holds (docs/reprod
 import dataclasses
 import datetime
 import functools
-import json
 from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
@@ -16,6 +15,7 @@ import ml_collections
 
 from attnlm_jax.common import config_files
 from attnlm_jax.common import errors
+from attnlm_jax.common import json_io
 from attnlm_jax import data as data_lib
 from attnlm_jax.data import locations
 from attnlm_jax.evaluation import ensemble
@@ -92,8 +92,8 @@ def _config_text(row: tables.Row) -> str:
 
 def _saved_config(row: tables.Row, row_dir: epath.Path) -> Optional[dict]:
   """The part of a row directory's saved config that its config must match, or None."""
-  if row.kind == tables.TAGGER and (row_dir / row_status.TAGGER_FILE).exists():
-    return {"model": json.loads((row_dir / row_status.TAGGER_FILE).read_text())["config"]}
+  if row.kind == tables.TAGGER and (row_dir / tagging.META_FILE).exists():
+    return {"model": tagging.read_meta(row_dir)["config"]}
   if row.kind == tables.TRAIN and (row_dir / checkpoints.CONFIG_FILE).exists():
     return checkpoints.as_json(checkpoints.read_config(row_dir))
   return None
@@ -203,7 +203,7 @@ def write_results(name: str, workdir: epath.Path, configs: Mapping[str, Any],
     summary.update(reference=table.reference, tolerance=table.tolerance,
                    epoch_differences=table_page.epoch_differences(summary["rows"], table.reference))
   workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / RESULTS_JSON).write_text(json.dumps(summary, indent=1) + "\n")
+  json_io.write_json(workdir / RESULTS_JSON, summary)
   (workdir / RESULTS_MD).write_text(table_page.format_markdown(summary))
   runs.plot_valid_curves({r["name"]: r["valid_curve"] for r in summary["rows"]},
                             workdir / CURVES_PNG,
@@ -315,8 +315,7 @@ def _run_row(row: tables.Row, workdir: epath.Path, config) -> None:
                for split in row_status.SPLITS}
     mixture[row_status.MEMBER_LOGS] = {
         member: row_status.member_test_perplexity(workdir / member) for member in row.members}
-    row_dir.mkdir(parents=True, exist_ok=True)
-    (row_dir / row_status.INTERPOLATION_FILE).write_text(json.dumps(mixture, indent=1) + "\n")
+    json_io.write_json(row_dir / row_status.INTERPOLATION_FILE, mixture)
 
 
 def run(table: str, workdir, rows: Sequence[str] = (), dry_run: bool = False,

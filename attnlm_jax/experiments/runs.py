@@ -1,7 +1,6 @@
 """A training run read back from its `metrics.jsonl`: its curve, its final perplexities under
 both rules, where and how long it trained; and its validation curves drawn."""
 
-import json
 import math
 import statistics
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -10,6 +9,7 @@ from etils import epath
 
 from attnlm_jax.common import errors
 from attnlm_jax.common import figures
+from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
 
 RUN_KEYS = ("valid_perplexity", "test_perplexity", "valid_perplexity_paper_convention",
@@ -115,7 +115,8 @@ def read_run(workdir) -> dict:
   path = workdir / logging_utils.METRICS_FILE
   if not path.exists():
     raise RunError(f"{path} not found: {workdir} is not the --workdir of a training run")
-  records = _records(path)
+  records = json_io.read_records(path, RunError, "restore the file from a copy of the run, or "
+                                 "delete that line")
   starts = [r for r in records if r.get("event") == "start"]
   if not starts:
     raise RunError(f"{path} has no start record: pass the --workdir of a training run")
@@ -152,27 +153,6 @@ def read_run(workdir) -> dict:
                                                             for s in starts)))),
           "diverged": {key: diverged[key] for key in ("step", "learning_rate", "reason")}
                       if diverged else None}
-
-
-def _records(path: epath.Path) -> list[dict]:
-  """The JSON records of a metrics file, one a line. A last line without its newline that is
-  not whole is left out: one being written, or cut off by a hard kill (the resumed run's
-  writer drops it, `logging_utils.MetricWriter`). Any other line that is not JSON is a
-  RunError naming it."""
-  text = path.read_text()
-  lines = text.splitlines()
-  records = []
-  for number, line in enumerate(lines, 1):
-    if not line.strip():
-      continue
-    try:
-      records.append(json.loads(line))
-    except json.JSONDecodeError as e:
-      if number == len(lines) and not text.endswith("\n"):
-        break
-      raise RunError(f"{path}, line {number}, is not a JSON record ({e.msg}): restore the file "
-                     "from a copy of the run, or delete that line") from None
-  return records
 
 
 def is_finished(workdir) -> bool:

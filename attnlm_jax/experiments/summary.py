@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Optional, Sequence
 
+from attnlm_jax.common import checkout
+from attnlm_jax.common import errors
 from attnlm_jax.common import json_io
 from attnlm_jax.experiments import findings
 from attnlm_jax.experiments import markdown
@@ -23,7 +25,6 @@ from attnlm_jax.experiments import seeds
 from attnlm_jax.experiments import table_page
 from attnlm_jax.experiments import tables
 
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 RESULTS_DIR = "docs/results"
 BENCHMARKS_DIR = "benchmarks/results"
 TESTTIME_METHODS = (("cache", "cache"), ("dynamic_sgd", "dynamic SGD"),
@@ -41,10 +42,6 @@ def _tables(repository: pathlib.Path) -> list[dict]:
   """Every committed table's results.json, in the order of `tables.TABLES`."""
   paths = sorted((repository / RESULTS_DIR).glob("*/results.json"), key=_order)
   return [json_io.loads(path.read_text()) for path in paths]
-
-
-def _cell(value: Optional[float]) -> str:
-  return markdown.format_number(value)
 
 
 def _seed_percents(table: dict) -> dict[str, list[float]]:
@@ -82,8 +79,10 @@ def _line(table: dict, runs: Sequence[dict], link: str, committed: pathlib.Path,
   return [f"[{table['table']}]({link}/README.md)",
           f"[{name}]({link}/{name}/)" if (committed / name).is_dir() else name,
           per_run(lambda run: markdown.standard_perplexity(run, run.get("test_perplexity"))),
-          per_run(lambda run: _cell(run.get("test_perplexity_paper_convention"))),
-          f"{_cell(paper['test'])} ({_rule(paper['convention'])})" if paper else "-",
+          per_run(lambda run: markdown.format_number(
+              run.get("test_perplexity_paper_convention"))),
+          f"{markdown.format_number(paper['test'])} ({_rule(paper['convention'])})"
+          if paper else "-",
           per_run(lambda run: table_page.difference_cell(
               (run.get("differences") or {}).get("test"))) if paper else "-",
           judged]
@@ -148,8 +147,8 @@ def testtime_table(repository: pathlib.Path) -> str:
       if not results:
         continue
       lines.append([f"[{page['table']}]({RESULTS_DIR}/{page['table']}/testtime.md)",
-                    row["name"], _cell(row.get("test_perplexity")),
-                    *(_cell((results.get(key) or {}).get("perplexity"))
+                    row["name"], markdown.format_number(row.get("test_perplexity")),
+                    *(markdown.format_number((results.get(key) or {}).get("perplexity"))
                       for key, _ in TESTTIME_METHODS)])
   return markdown.markdown_table(("table", "row", "alone", *(n for _, n in TESTTIME_METHODS)),
                                  lines)
@@ -160,8 +159,9 @@ def newest_benchmark(repository: pathlib.Path, pattern: str) -> pathlib.Path:
   return sorted((repository / BENCHMARKS_DIR).glob(pattern))[-1]
 
 
-def _records(path: pathlib.Path) -> list[dict]:
-  return [json_io.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _benchmark_records(path: pathlib.Path) -> list[dict]:
+  """The records of a committed benchmark's results file."""
+  return json_io.read_records(path, errors.UserError, "restore the file from git")
 
 
 def performance_table(repository: pathlib.Path) -> str:
@@ -172,11 +172,11 @@ def performance_table(repository: pathlib.Path) -> str:
   epochs = newest_benchmark(repository, "*_epoch*.jsonl")
   lines = [[f"own processes: `{r['pair']}`", r["cpu"], f"{r['tokens_per_s']['attnlm']:,.1f}",
             f"{r['tokens_per_s']['examples']:,.1f}", f"{r['ratio_attnlm_over_examples']:.3f}"]
-           for r in _records(processes)]
+           for r in _benchmark_records(processes)]
   lines += [[f"one process: `{r['command'].split('benchmarks.epoch ')[-1]}`", r["cpu"],
              f"{r['tokens_per_s']['jax']:,.1f}", f"{r['tokens_per_s']['torch']:,.1f}",
              f"{r['ratio_jax_over_torch']['tokens_per_s']:.3f}"]
-            for r in _records(epochs) if "torch" in r.get("tokens_per_s", {})]
+            for r in _benchmark_records(epochs) if "torch" in r.get("tokens_per_s", {})]
   table = markdown.markdown_table(("measurement", "CPU", "JAX tokens/s", "PyTorch tokens/s",
                                    "JAX / PyTorch"), lines)
   sources = [f"[{path.relative_to(repository)}]({path.relative_to(repository)})"
@@ -216,7 +216,8 @@ def replace_block(text: str, name: str, content: str) -> str:
   return pattern.sub(lambda _: f"{begin}\n{content}\n{end}", text)
 
 
-def update(repository: pathlib.Path = REPOSITORY, check: bool = False) -> list[pathlib.Path]:
+def update(repository: pathlib.Path = checkout.REPOSITORY,
+           check: bool = False) -> list[pathlib.Path]:
   """Rewrites every page's tables (with `check`, only compares); returns the pages whose
   tables were (or, with `check`, would be) changed."""
   changed = []
@@ -234,9 +235,9 @@ def update(repository: pathlib.Path = REPOSITORY, check: bool = False) -> list[p
 
 def main(argv: Sequence[str]) -> int:
   check = "--check" in argv[1:]
-  changed = update(REPOSITORY, check=check)
+  changed = update(checkout.REPOSITORY, check=check)
   for page in changed:
-    print(f"{page.relative_to(REPOSITORY)}: "
+    print(f"{page.relative_to(checkout.REPOSITORY)}: "
           f"{'out of date' if check else 'rewritten'}", file=sys.stderr)
   return 1 if check and changed else 0
 

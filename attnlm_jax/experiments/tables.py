@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from etils import epath
 
+from attnlm_jax.common import checkout
 from attnlm_jax.common import errors
 from attnlm_jax.experiments import printed
 
@@ -315,7 +316,7 @@ TABLES = {
 
 def configs_dir() -> pathlib.Path:
   """The repository's configs/ (beside the attnlm_jax package of a clone)."""
-  path = pathlib.Path(__file__).resolve().parents[2] / "configs"
+  path = checkout.REPOSITORY / "configs"
   if not path.is_dir():
     raise TableError(f"{path} not found: the table runner reads the repository's "
                      "configs/; run it from a clone (pip install -e .)")

@@ -4,7 +4,6 @@ each finished row, chosen on valid, scored on test; each row's results in `<row>
 and `testtime.md` with published results beside them (docs/testtime.md)."""
 
 import datetime
-import json
 import math
 from typing import NamedTuple, Optional, Sequence
 
@@ -97,30 +96,14 @@ class Progress(dict):
     """What the file at `path` was made with and its entries; (None, {}) with no file."""
     if not path.exists():
       return None, {}
-    saved = _read_json(path, "delete it: the row's evaluation then starts afresh")
+    saved = json_io.read_json(path, errors.UserError,
+                               "delete it: the row's evaluation then starts afresh",
+                               results=True)
     return saved["made_with"], saved["entries"]
 
   def __setitem__(self, key: str, value: dict) -> None:
     super().__setitem__(key, value)
-    _write_json(self.path, {"made_with": self.made_with, "entries": dict(self)})
-
-
-def _write_json(path: epath.Path, value: dict) -> None:
-  """`value` into the JSON file at `path`, whole or not at all even if stopped while writing
-  (through `path`.partial)."""
-  partial = path.parent / f"{path.name}.partial"
-  partial.write_text(json_io.dumps(value, indent=1) + "\n")
-  partial.replace(path)
-
-
-def _read_json(path: epath.Path, fix: str):
-  """The JSON value the file at `path` holds; UserError naming it, the line and `fix` when
-  it holds none, or more than one (cut off, empty, two lines)."""
-  try:
-    return json_io.loads(path.read_text())
-  except json.JSONDecodeError as e:
-    raise errors.UserError(f"{path} is not one JSON value ({e.msg}, line {e.lineno}): "
-                           f"{fix}") from None
+    json_io.write_json(self.path, {"made_with": self.made_with, "entries": dict(self)})
 
 
 def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
@@ -153,7 +136,8 @@ def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   path = row_dir / ROW_FILE
   if not path.exists():
     return None
-  saved = _read_json(path, "delete it to evaluate the row again")
+  saved = json_io.read_json(path, errors.UserError, "delete it to evaluate the row again",
+                            results=True)
   step = checkpoints.evaluated_step(row_dir)
   if step is not None and saved.get("step") != step:
     return None
@@ -194,8 +178,9 @@ def _head_cache(row_dir: epath.Path) -> Optional[dict]:
   path = row_dir / HEAD_CACHE_FILE
   if not path.exists():
     return None
-  found = _read_json(path, f"make it again with {HEAD_CACHE_COMMAND} --workdir={row_dir} "
-                          f"> {path}, or delete it")
+  found = json_io.read_json(path, errors.UserError,
+                            f"make it again with {HEAD_CACHE_COMMAND} --workdir={row_dir} "
+                            f"> {path}, or delete it", results=True)
   if found.get("method") != "cache" or found.get("cache_states") != "head":
     raise errors.UserError(f"{path} is not a cache over the output layer's h'_t: make it with "
                            f"{HEAD_CACHE_COMMAND}")
@@ -413,7 +398,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
     if found is None and row.name in selected and state["status"] == row_status.FINISHED:
       logging.info("testtime: row %s", row.name)
       found = row_results(row_dir, cache_size, dynamic_window, grid_extensions)
-      _write_json(row_dir / ROW_FILE, found)
+      json_io.write_json(row_dir / ROW_FILE, found)
       (row_dir / PROGRESS_FILE).unlink()
       evaluated.append(row.name)
     made = None if found else _in_progress(row_dir, cache_size, dynamic_window,
@@ -432,7 +417,7 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
           "command": command, "cache_size": cache_size, "dynamic_window": dynamic_window,
           "grid_extensions": grid_extensions, "rows": records,
           "anchors": [anchor._asdict() for anchor in ANCHORS]}
-  (workdir / PAGE_JSON).write_text(json_io.dumps(page, indent=1) + "\n")
+  json_io.write_json(workdir / PAGE_JSON, page)
   (workdir / PAGE_MD).write_text(format_markdown(page))
   return {"table": table, "workdir": str(workdir),
           "files": [str(workdir / PAGE_JSON), str(workdir / PAGE_MD)],

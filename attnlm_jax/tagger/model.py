@@ -27,6 +27,7 @@ from attnlm_jax.tagger import corpora
 TAG_SPECIALS = (vocab_lib.PAD, vocab_lib.EOS)
 assert TAG_SPECIALS.index(vocab_lib.EOS) == vocab_lib.EOS_ID and vocab_lib.PAD_ID == 0
 _BUCKET = 8            # Batches are padded to a multiple of this many steps (fewer compiles).
+TAG_BATCH_SIZE = 256   # Sentences tagged per batch (`tag_ids`).
 
 
 class Tagger(NamedTuple):
@@ -156,18 +157,17 @@ def _predict(params: dict, config: ml_collections.FrozenConfigDict, words: jax.A
   return jnp.argmax(apply(params, config, words, suffix_ids), -1)
 
 
-def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]],
-            batch_size: int = 256) -> list[np.ndarray]:
+def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
   """The predicted tag ids of each sentence's words (normalised first), left to right; none
-  for a sentence without words."""
+  for a sentence without words (TAG_BATCH_SIZE sentences a batch)."""
   with_words = [i for i, sentence in enumerate(sentences) if len(sentence)]
   encoded = _encode(tagger, [([corpora.normalize(w) for w in sentences[i]], None)
                              for i in with_words])
   config = ml_collections.FrozenConfigDict(tagger.config)
   result = [np.zeros(0, np.int32) for _ in sentences]
   with logging_utils.progress_bar("tagging", total=len(encoded), unit=" sentences") as bar:
-    for start in range(0, len(encoded), batch_size):
-      chunk = encoded[start:start + batch_size]
+    for start in range(0, len(encoded), TAG_BATCH_SIZE):
+      chunk = encoded[start:start + TAG_BATCH_SIZE]
       batch = next(_batches(chunk, len(chunk), None))
       predicted = np.asarray(_predict(tagger.params, config, batch["words"],
                                       batch["suffixes"]))
@@ -177,18 +177,15 @@ def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]],
   return result
 
 
-def tag(tagger: Tagger, sentences: Sequence[Sequence[str]],
-        batch_size: int = 256) -> list[list[str]]:
+def tag(tagger: Tagger, sentences: Sequence[Sequence[str]]) -> list[list[str]]:
   """The predicted tags of each sentence (a list of words), as tag strings."""
-  return [[tagger.tags[i] for i in ids] for ids in tag_ids(tagger, sentences, batch_size)]
+  return [[tagger.tags[i] for i in ids] for ids in tag_ids(tagger, sentences)]
 
 
-def accuracy(tagger: Tagger, sentences, batch_size: int = 256,
-             only: Optional[str] = None) -> Optional[float]:
+def accuracy(tagger: Tagger, sentences, only: Optional[str] = None) -> Optional[float]:
   """Fraction of tokens of `sentences` ((words, tags) pairs) tagged correctly; with `only`,
   of the tokens that are that word (None when there is none)."""
-  return accuracy_of(tag(tagger, [words for words, _ in sentences], batch_size), sentences,
-                     only)
+  return accuracy_of(tag(tagger, [words for words, _ in sentences]), sentences, only)
 
 
 def accuracy_of(predicted: Sequence[Sequence[str]], sentences,

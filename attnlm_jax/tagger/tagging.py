@@ -15,12 +15,16 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from attnlm_jax.common import json_io
 from attnlm_jax.data import vocab as vocab_lib
 from attnlm_jax.tagger import corpora
 from attnlm_jax.tagger import model as model_lib
 
 PARAMS_FILE = "tagger.msgpack"  # The tagger's parameters.
 META_FILE = "tagger.json"       # Its config, vocabularies, tag list and metrics.
+# The fix of a tagger's files that cannot be used.
+_DAMAGED_FIX = ("train it again into a new --workdir (--mode=train_tagger "
+                "--config=configs/tagger.py)")
 
 
 def save(tagger: model_lib.Tagger, workdir, metrics: dict) -> None:
@@ -38,19 +42,21 @@ def save(tagger: model_lib.Tagger, workdir, metrics: dict) -> None:
       indent=1))
 
 
-def _read_meta(workdir: epath.Path) -> dict:
-  """The `tagger.json` of `workdir`; corpora.TaggerError when there is none, when it cannot
-  be read, or when its parameters file is missing."""
+def read_meta(workdir: epath.Path) -> dict:
+  """The `tagger.json` of `workdir` (a finished tagger's results, kept without its parameters
+  in docs/results); corpora.TaggerError when it cannot be read."""
+  return json_io.read_json(workdir / META_FILE, corpora.TaggerError, _DAMAGED_FIX)
+
+
+def _loadable_meta(workdir: epath.Path) -> dict:
+  """`read_meta` of a tagger that can be loaded; corpora.TaggerError when there is none, or
+  when its parameters file is missing."""
   if not (workdir / META_FILE).exists():
     raise corpora.TaggerError(f"no tagger in {workdir}: train one with --mode=train_tagger "
                               f"--config=configs/tagger.py --workdir={workdir}")
-  damaged = "train it again into a new --workdir (--mode=train_tagger --config=configs/tagger.py)"
   if not (workdir / PARAMS_FILE).exists():
-    raise corpora.TaggerError(f"the tagger in {workdir} has no {PARAMS_FILE}: {damaged}")
-  try:
-    return json.loads((workdir / META_FILE).read_text())
-  except ValueError as e:
-    raise corpora.TaggerError(f"{workdir / META_FILE} cannot be read ({e}): {damaged}") from None
+    raise corpora.TaggerError(f"the tagger in {workdir} has no {PARAMS_FILE}: {_DAMAGED_FIX}")
+  return read_meta(workdir)
 
 
 def num_tags(data_config: ml_collections.ConfigDict) -> int:
@@ -60,14 +66,14 @@ def num_tags(data_config: ml_collections.ConfigDict) -> int:
     raise corpora.TaggerError("config.model.pos_tags needs a tagger: train one with "
                               "--mode=train_tagger --config=configs/tagger.py "
                               "--workdir=TAGGER_DIR and pass --config.data.tagger_dir=TAGGER_DIR")
-  return len(_read_meta(epath.Path(data_config.tagger_dir))["tags"])
+  return len(_loadable_meta(epath.Path(data_config.tagger_dir))["tags"])
 
 
 def fingerprint(workdir) -> str:
   """A short hash of the tagger saved in `workdir` (parameters, vocabularies, tag list): a
   tagger trained again, or another one, tags a corpus otherwise and has another."""
   workdir = epath.Path(workdir)
-  meta = _read_meta(workdir)
+  meta = _loadable_meta(workdir)
   digest = hashlib.sha256((workdir / PARAMS_FILE).read_bytes())
   digest.update(json.dumps({key: meta[key] for key in ("config", "words", "suffixes", "tags")},
                            sort_keys=True).encode())
@@ -77,7 +83,7 @@ def fingerprint(workdir) -> str:
 def load(workdir) -> model_lib.Tagger:
   """The tagger saved in `workdir` by `train_tagger`."""
   workdir = epath.Path(workdir)
-  meta = _read_meta(workdir)
+  meta = _loadable_meta(workdir)
   params = flax.serialization.msgpack_restore((workdir / PARAMS_FILE).read_bytes())
   return model_lib.Tagger(jax.tree.map(jnp.asarray, params),
                           ml_collections.ConfigDict(meta["config"]),

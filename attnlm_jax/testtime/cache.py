@@ -27,7 +27,6 @@ from attnlm_jax.models import losses
 from attnlm_jax.models import nn
 from attnlm_jax.testtime import grid_search as grid_search_lib
 
-FIT_SPLIT = "valid"
 # The grid searched on the validation split (theta scales h_t · h_i; lambda 0 is the model).
 THETAS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 LAMBDAS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
@@ -121,10 +120,10 @@ def check(size: int, theta: Optional[float], lam: Optional[float],
                      "state and the next word)")
   if theta is not None and not 0 <= theta < math.inf:
     raise CacheError(f"--cache_theta={theta} must be a number >= 0 (or omitted to search it "
-                     f"on {FIT_SPLIT})")
+                     f"on {evaluate.FIT_SPLIT})")
   if lam is not None and not 0 <= lam < 1:
     raise CacheError(f"--cache_lambda={lam} must be in [0, 1) (or omitted to search it on "
-                     f"{FIT_SPLIT})")
+                     f"{evaluate.FIT_SPLIT})")
 
 
 def grid_search(tokens: np.ndarray, model_log_probs: np.ndarray, hidden: np.ndarray,
@@ -182,12 +181,12 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, size: int,
   tokens, model_log_probs, hidden = split_states(model, split, states)
   grid, fitted_on = [], None
   if theta is None or lam is None:
-    fitted_on = FIT_SPLIT
-    fit = (tokens, model_log_probs, hidden) if split == FIT_SPLIT else split_states(
-        model, FIT_SPLIT, states)
+    fitted_on = evaluate.FIT_SPLIT
+    fit = (tokens, model_log_probs, hidden) if split == evaluate.FIT_SPLIT else split_states(
+        model, evaluate.FIT_SPLIT, states)
     grid = grid_search(*fit, size, THETAS if theta is None else (theta,),
                        LAMBDAS if lam is None else (lam,), extensions,
-                       model.released_count(FIT_SPLIT))
+                       model.released_count(evaluate.FIT_SPLIT))
     best = min(grid, key=lambda point: point["perplexity"])
     theta, lam = best["theta"], best["lambda"]
   log_probs, filled = cache_log_probs(hidden, tokens, size, theta)

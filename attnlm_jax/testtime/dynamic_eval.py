@@ -41,7 +41,6 @@ from attnlm_jax.training import parallel
 from attnlm_jax.training import steps
 
 METHODS = ("sgd", "rms")
-FIT_SPLIT = "valid"
 # The (learning rate, decay) grids searched on the validation split.
 GRIDS = {"sgd": {"learning_rate": (0.1, 0.3, 1.0), "decay": (0.0, 0.01, 0.1)},
          "rms": {"learning_rate": (1e-4, 3e-4, 1e-3), "decay": (0.01, 0.03, 0.1)}}
@@ -299,7 +298,7 @@ def check(method: str, learning_rate: Optional[float], decay: Optional[float]) -
   for flag, value in (("dynamic_lr", learning_rate), ("dynamic_decay", decay)):
     if value is not None and not 0 <= value < math.inf:
       raise DynamicEvalError(f"--{flag}={value} must be a number >= 0 (or omitted to search "
-                             f"it on {FIT_SPLIT})")
+                             f"it on {evaluate.FIT_SPLIT})")
 
 
 def pass_key(split: str, method: Optional[str] = None, learning_rate: float = 0.0,
@@ -361,11 +360,12 @@ def evaluate_split(model: evaluate.TrainedModel, split: str, method: str,
 
   grid, fitted_on = [], None
   if learning_rate is None or decay is None:
-    fitted_on = FIT_SPLIT
+    fitted_on = evaluate.FIT_SPLIT
     rates = GRIDS[method]["learning_rate"] if learning_rate is None else (learning_rate,)
     decays = GRIDS[method]["decay"] if decay is None else (decay,)
     grid = grid_search.search(
-        lambda point: run_pass(FIT_SPLIT, True, point["learning_rate"], point["decay"]),
+        lambda point: run_pass(evaluate.FIT_SPLIT, True, point["learning_rate"],
+                               point["decay"]),
         {"learning_rate": rates, "decay": decays}, extensions, retreat=("learning_rate", -1))
     best = min(grid, key=lambda point: point["perplexity"])
     learning_rate, decay = best["learning_rate"], best["decay"]

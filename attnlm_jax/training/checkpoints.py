@@ -15,6 +15,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from attnlm_jax.common import errors
+from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
 from attnlm_jax.data import locations
 from attnlm_jax.data import pipeline
@@ -26,7 +27,7 @@ from attnlm_jax.training import steps
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 # The fingerprint of the POS tagger whose tags a POS-input model trained on (`tagging`).
-TAGGER_FILE = "tagger_fingerprint.txt"
+TAGGER_FINGERPRINT_FILE = "tagger_fingerprint.txt"
 CHECKPOINT_DIR = "checkpoints"
 UNREADABLE_DIR = "unreadable_checkpoints"
 METRIC = "valid_perplexity"
@@ -286,20 +287,22 @@ def check_compatible(workdir: epath.Path, vocab: vocab_lib.Vocabulary, params: A
 def write_config_and_vocab(workdir: epath.Path, config: ml_collections.ConfigDict,
                            vocab: vocab_lib.Vocabulary) -> None:
   """Writes config.json and vocab.json beside the checkpoints unless they exist, and for a
-  POS-input model the fingerprint of its tagger (TAGGER_FILE)."""
+  POS-input model the fingerprint of its tagger (TAGGER_FINGERPRINT_FILE)."""
   workdir.mkdir(parents=True, exist_ok=True)
   if not (workdir / CONFIG_FILE).exists():
     (workdir / CONFIG_FILE).write_text(config.to_json_best_effort(indent=2, sort_keys=True))
   if not (workdir / VOCAB_FILE).exists():
     vocab.save(workdir / VOCAB_FILE)
-  if config.model.get("pos_tags") and not (workdir / TAGGER_FILE).exists():
-    (workdir / TAGGER_FILE).write_text(tagging.fingerprint(config.data.tagger_dir) + "\n")
+  fingerprint_file = workdir / TAGGER_FINGERPRINT_FILE
+  if config.model.get("pos_tags") and not fingerprint_file.exists():
+    fingerprint_file.write_text(tagging.fingerprint(config.data.tagger_dir) + "\n")
 
 
 def check_tagger(workdir: epath.Path, data_config: ml_collections.ConfigDict) -> None:
-  """CheckpointError when a POS-input model's workdir names another tagger (TAGGER_FILE) than
-  the one in `data_config.tagger_dir`: its tags, and so the model's inputs, would differ."""
-  path = workdir / TAGGER_FILE
+  """CheckpointError when a POS-input model's workdir names another tagger
+  (TAGGER_FINGERPRINT_FILE) than the one in `data_config.tagger_dir`: its tags, and so the
+  model's inputs, would differ."""
+  path = workdir / TAGGER_FINGERPRINT_FILE
   if not path.exists():
     return
   saved, current = path.read_text().strip(), tagging.fingerprint(data_config.tagger_dir)
@@ -391,11 +394,8 @@ def read_config(workdir: epath.Path) -> ml_collections.ConfigDict:
   if not path.exists():
     raise CheckpointError(f"{path} not found: pass --config=configs/NAME.py or the --workdir "
                           "of a training run")
-  try:
-    saved = json.loads(path.read_text())
-  except json.JSONDecodeError as error:
-    raise CheckpointError(f"{path} is not a saved config (JSONDecodeError: {error}): restore "
-                          "it, or pass --config=configs/NAME.py the run was trained with") from None
+  saved = json_io.read_json(path, CheckpointError, "restore it, or pass --config=configs/NAME.py "
+                            "the run was trained with")
   model = models.default_config()
   model.update(saved.get("model", {}))
   data = {**pipeline.ADDED_FIELDS, **saved.get("data", {})}

@@ -26,6 +26,28 @@ def peer_config(score):
   return config
 
 
+def jax_layout(model: torch_peer.AttentiveLM, arrays: dict) -> dict:
+  """Peer tensors {parameter name: array} rearranged as a JAX params pytree.
+
+  E.g. the gradients `{n: p.grad for n, p in model.named_parameters()}`. Of the two LSTM
+  biases only b_ih is kept (b_hh is frozen at 0).
+  """
+  arrays = {name: np.asarray(value) for name, value in arrays.items()}
+  out = {"embed": arrays.pop("embed"), "out_bias": arrays.pop("out_bias"), "lstm": []}
+  for depth in range(model.lstm.num_layers):
+    out["lstm"].append({"w_x": arrays.pop(f"lstm.weight_ih_l{depth}").T,
+                        "w_h": arrays.pop(f"lstm.weight_hh_l{depth}").T,
+                        "b": arrays.pop(f"lstm.bias_ih_l{depth}")})
+    arrays.pop(f"lstm.bias_hh_l{depth}")
+  head = {name[len("head_"):]: arrays.pop(name) for name in list(arrays)
+          if name.startswith("head_")}
+  if head:
+    out["head"] = head
+  if arrays:
+    out["score"] = arrays
+  return out
+
+
 def random_params(config):
   """Params with every leaf random (biases too), so no term hides at 0."""
   params = models.init(jax.random.key(3), config)
@@ -65,7 +87,7 @@ def test_loss_and_gradients_agree(score):
                                  tb["lengths"])
   peer_loss.backward()
   np.testing.assert_allclose(peer_loss.item(), float(loss), rtol=1e-5)
-  peer_grads = torch_peer.jax_layout(
+  peer_grads = jax_layout(
       peer, {name: p.grad for name, p in peer.named_parameters()})
   assert jax.tree.structure(peer_grads) == jax.tree.structure(grads)
   for got, want in zip(jax.tree.leaves(peer_grads), jax.tree.leaves(grads)):
@@ -88,7 +110,7 @@ def test_train_step_is_clipped_sgd(score):
   torch_peer.load_jax_params(peer, params)
   torch_peer.train_step(peer, torch.optim.SGD(peer.parameters(), lr=0.5),
                         torch_peer.to_torch(batch), grad_clip=clip)
-  got = torch_peer.jax_layout(
+  got = jax_layout(
       peer, {name: p.detach().clone() for name, p in peer.named_parameters()})
   for got_leaf, want_leaf in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(got_leaf, np.asarray(want_leaf), rtol=1e-4, atol=1e-5)
@@ -153,7 +175,7 @@ def test_epoch_benchmark_peer_trains_what_the_loop_trains(tmp_path, span):
   result = train.train_and_evaluate(config, tmp_path, data=data)
   peer = epoch.TorchLoop(config, params)
   peer.train_seconds(list(data.train_iterator(1)))
-  trained = torch_peer.jax_layout(peer.model, {name: p.detach() for name, p
+  trained = jax_layout(peer.model, {name: p.detach() for name, p
                                                in peer.model.named_parameters()})
   expected = models.trainable(result["params"])
   assert jax.tree.structure(trained) == jax.tree.structure(expected)

@@ -58,3 +58,19 @@ def test_an_output_that_is_a_file_read_is_refused(tmp_path):
         f"--output={output} would overwrite {read}, read by --input: name another file")):
       json_io.check_output(str(output), inputs)
   assert read.read_text() == "the cat\n"
+
+
+def test_a_json_file_is_read_as_written_or_as_results_and_written_whole(tmp_path):
+  path = tmp_path / "made" / "value.json"
+  json_io.write_json(path, {"words": ["nan", "cat"], "perplexity": math.inf})
+  assert path.read_text().endswith("\n") and not (path.parent / "value.json.partial").exists()
+  assert json_io.read_json(path, UserError, "FIX") == {"words": ["nan", "cat"],
+                                                       "perplexity": "inf"}
+  assert json_io.read_json(path, UserError, "FIX", results=True)["perplexity"] == math.inf
+  path.write_text('{"words": [')
+  with pytest.raises(UserError, match=re.escape(f"{path} is not one JSON value (Expecting "
+                                                "value, line 1): FIX")):
+    json_io.read_json(path, UserError, "FIX")
+  path.write_bytes(b'{"word": "\xff"}')
+  with pytest.raises(UserError, match=re.escape("(byte 10 is not UTF-8): FIX")):
+    json_io.read_json(path, UserError, "FIX")

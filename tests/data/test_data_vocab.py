@@ -42,7 +42,10 @@ def test_bad_vocabulary_files(tmp_path):
   with pytest.raises(VocabularyError, match="not found"):
     Vocabulary.load(tmp_path / "missing.json")
   (tmp_path / "bad.json").write_text("{not json")
-  with pytest.raises(VocabularyError, match=r"bad\.json is not a saved vocabulary"):
+  with pytest.raises(VocabularyError, match=r"bad\.json is not one JSON value"):
+    Vocabulary.load(tmp_path / "bad.json")
+  (tmp_path / "bad.json").write_text('{"word": ["<pad>"]}')
+  with pytest.raises(VocabularyError, match=r"bad\.json is not a saved vocabulary \(KeyError"):
     Vocabulary.load(tmp_path / "bad.json")
   with pytest.raises(VocabularyError, match="expected"):
     Vocabulary(["a", "<pad>", "<eos>", "<unk>"])

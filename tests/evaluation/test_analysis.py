@@ -15,8 +15,6 @@ from attnlm_jax.common import errors
 from attnlm_jax.data import grammar
 from attnlm_jax.evaluation import analysis
 from attnlm_jax.evaluation import evaluate
-from attnlm_jax.experiments import printed
-from attnlm_jax.experiments import runs
 from attnlm_jax import models
 
 import tiny_config
@@ -210,34 +208,6 @@ def test_analyze_writes_its_files(vocab, tmp_path):
   assert surprisal["tokens"] == SENTENCES[1].split() + ["<eos>"]
   np.testing.assert_allclose(surprisal["surprisal"],
                              -np.asarray(surprisal["log_probs"]) / math.log(2))
-
-
-def test_results_table_sets_runs_beside_the_papers(tmp_path):
-  workdir = tmp_path / "ptb_single"
-  workdir.mkdir()
-  records = [
-      {"event": "start", "step": 0, "num_params": 14_500_000,
-       "config": {"data": {"corpus": "ptb"},
-                  "model": {"score": "single", "hidden_size": 650, "num_layers": 2}}},
-      {"step": 100, "epoch": 1, "valid_perplexity": 120.0},
-      {"step": 100, "best_epoch": 1, "final_valid_perplexity": 90.5,
-       "final_valid_perplexity_paper_convention": 75.0, "final_test_perplexity": 88.0,
-       "final_test_perplexity_paper_convention": 72.5}]
-  (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-  rows = printed.comparison_table([workdir])
-  run = [r for r in rows if r["source"] == "run"]
-  assert len(run) == 1 and run[0]["test_perplexity"] == 88.0
-  assert run[0]["test_perplexity_paper_convention"] == 72.5
-  paper = [r for r in rows if r["corpus"] == "ptb" and r["score"] == "single"]
-  assert [r["source"] for r in paper] == ["paper", "run"]     # grouped, paper first
-  assert paper[0]["printed_test"] == 70.1 and paper[0]["printed_valid"] == 71.7
-  table = printed.format_table(rows)
-  assert ("| ptb | single | ptb_single | 14.50M | - | - | 90.5 | 88.0 | 75.0 | 72.5 | both |"
-          in table)
-  printed.plot_comparison(rows, tmp_path / "table.png")
-  assert (tmp_path / "table.png").stat().st_size > 0
-  with pytest.raises(runs.RunError, match="not the --workdir of a training run"):
-    runs.read_run(tmp_path)
 
 
 def test_a_model_trained_without_a_start_symbol_is_refused_by_what_reads_from_one(tmp_path):

@@ -20,6 +20,7 @@ from attnlm_jax.experiments import runner
 from attnlm_jax.experiments import runs
 from attnlm_jax.experiments import table_page
 from attnlm_jax.experiments import tables
+from attnlm_jax.tagger import tagging
 from attnlm_jax.training import checkpoints
 from attnlm_jax.training import preemption
 from attnlm_jax.training import schedules
@@ -592,12 +593,12 @@ def test_a_row_reading_a_tagger_without_its_parameters_is_refused(tmp_path, monk
                  row_dirs={"data.tagger_dir": "tagger"}))))
   rows = tables.TABLES["tagged"].rows
   (tmp_path / "tagger").mkdir()     # a finished tagger's results, as docs/results keeps them
-  (tmp_path / "tagger" / row_status.TAGGER_FILE).write_text(json.dumps(
+  (tmp_path / "tagger" / tagging.META_FILE).write_text(json.dumps(
       {"metrics": {"num_params": 10, "test_accuracy": 0.9}}))
   assert row_status.read(rows[0], tmp_path)["status"] == row_status.FINISHED
   with pytest.raises(runner.ReproduceError, match="reads the weights of row tagger"):
     runner.check_needed_weights("tagged", tmp_path, rows)
-  (tmp_path / "tagger" / runner.tagging.PARAMS_FILE).write_bytes(b"parameters")
+  (tmp_path / "tagger" / tagging.PARAMS_FILE).write_bytes(b"parameters")
   runner.check_needed_weights("tagged", tmp_path, rows)
 
 
@@ -622,7 +623,7 @@ def test_committed_pages_are_what_the_runner_writes_from_the_committed_logs(
   shutil.copytree(committed, rewritten)
   monkeypatch.chdir(tmp_path)
   monkeypatch.setattr(train, "train_and_evaluate", tiny_config.must_not_run)
-  logs = (logging_utils.METRICS_FILE, row_status.TAGGER_FILE, row_status.INTERPOLATION_FILE)
+  logs = (logging_utils.METRICS_FILE, tagging.META_FILE, row_status.INTERPOLATION_FILE)
   assert any((committed / row.name / log).exists()
              for row in tables.TABLES[table].rows for log in logs)
   read = lambda d: json.loads((d / runner.RESULTS_JSON).read_text())

@@ -143,6 +143,11 @@ def test_a_record_cut_off_by_a_hard_kill_is_left_out_and_the_resumed_log_reads(t
       runs.read_run(tmp_path)
 
 
+def test_a_directory_without_a_log_is_not_a_run(tmp_path):
+  with pytest.raises(runs.RunError, match="not the --workdir of a training run"):
+    runs.read_run(tmp_path)
+
+
 @pytest.mark.parametrize("low, high, expected", [
     (89.3, 172.0, [80, 90, 100, 120, 140, 160, 180]),
     (58.0, 1000.0, [50, 100, 200, 300, 500, 1000]),

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from attnlm_jax.common import checkout
 from attnlm_jax.experiments import findings
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
@@ -141,7 +142,7 @@ def test_the_command_rewrites_a_stale_table_and_check_names_it(tmp_path, monkeyp
     (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
   readme = tmp_path / "README.md"
   readme.write_text(summary.replace_block(readme.read_text(), "testtime_table", "stale"))
-  monkeypatch.setattr(summary, "REPOSITORY", tmp_path)
+  monkeypatch.setattr(checkout, "REPOSITORY", tmp_path)
   assert summary.main(["summary", "--check"]) == 1
   assert "README.md: out of date" in capsys.readouterr().err
   assert summary.main(["summary"]) == 0

@@ -125,17 +125,65 @@ def test_prefix_form_equals_the_buffer_form_with_gradients(name, zero_slot):
                              atol=1e-5)
 
 
-def test_prefix_form_gives_the_attention_weights_of_the_buffer_form():
+def numpy_prefix_means(scores_, states, valid):
+  """c_t = sum_{i <= t, valid} softmax(e)_i h_i, each prefix's softmax computed on its own in
+  float64 (0 where a prefix holds no valid slot)."""
+  batch_size, num_slots, dim = states.shape
+  contexts = np.zeros((batch_size, num_slots, dim))
+  for b in range(batch_size):
+    for t in range(num_slots):
+      slots = [i for i in range(t + 1) if valid[b, i]]
+      if slots:
+        e = scores_[b, slots].astype(np.float64)
+        a = np.exp(e - e.max()) / np.exp(e - e.max()).sum()
+        contexts[b, t] = a @ states[b, slots]
+  return contexts
+
+
+def test_prefix_means_is_the_softmax_mean_of_each_prefix_by_hand():
+  """`memory.prefix_means` (the prefix form of `single`/`average`) against a softmax over
+  slots 0..t recomputed for every t: scores far apart (so a summary merged without rescaling
+  to the running max is wrong), masked slots holding the largest score (ignored), and a row
+  without the zero slot, whose step 0 sees no slot (context 0)."""
+  rng = np.random.default_rng(5)
+  states = rng.normal(size=(3, 7, 4)).astype(np.float32)
+  scores_ = np.array([[0.0, 0.3, -2.0, 40.0, 1.5, -35.0, 3.0],
+                      [0.0, 99.0, 2.0, -1.0, 25.0, 0.5, 99.0],
+                      [0.0, -3.0, 12.0, 0.7, 0.2, -8.0, 1.0]], np.float32)
+  valid = np.array([[True, True, True, True, True, True, True],        # every slot
+                    [True, False, True, True, True, True, False],      # 99s masked
+                    [False, True, False, True, True, True, True]])     # no zero slot
+  got = np.asarray(memory_lib.prefix_means(jnp.asarray(scores_), jnp.asarray(states),
+                                           jnp.asarray(valid)))
+  want = numpy_prefix_means(scores_, states, valid)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(got[2, 0], 0.0)            # empty prefix at step 0
+  np.testing.assert_allclose(got[2, 2], states[2, 1], rtol=1e-6)   # slot 2 masked: h_1 alone
+  # With the masks `apply` builds (`slot_mask`), zero slot off: a padded row's context past
+  # its length stops changing.
+  lengths = jnp.array([7, 3, 5])
+  mask = np.asarray(memory_lib.slot_mask(lengths, 7, zero_slot=False))
+  got = np.asarray(memory_lib.prefix_means(jnp.asarray(scores_), jnp.asarray(states),
+                                           jnp.asarray(mask)))
+  np.testing.assert_allclose(got, numpy_prefix_means(scores_, states, mask), rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_array_equal(got[:, 0], 0.0)
+
+
+def test_return_attention_falls_back_to_the_buffer_form():
+  """The prefix form keeps no [T, L] weights, so `return_attention` runs the buffer form even
+  for a sequence past `streaming_min_len`: it returns the buffer form's weights (causal, rows
+  summing to 1). What the prefix form itself computes: the two tests above it."""
   configs = [tiny_config("single", streaming_min_len=m) for m in (1, 10**6)]
   params = random_params(configs[1])
   tokens, lengths = random_batch()
-  prefix, buffer = [np.asarray(models.apply(params, c, tokens, lengths,
-                                            return_attention=True)[1]) for c in configs]
-  assert prefix.shape == buffer.shape == (3, NUM_STEPS, NUM_STEPS)
+  weights, buffer = [np.asarray(models.apply(params, c, tokens, lengths,
+                                             return_attention=True)[1]) for c in configs]
+  assert weights.shape == buffer.shape == (3, NUM_STEPS, NUM_STEPS)
   mask = real(lengths, NUM_STEPS)
-  np.testing.assert_allclose(prefix[mask], buffer[mask], atol=1e-6)
-  np.testing.assert_allclose(prefix[mask].sum(-1), 1.0, atol=1e-5)
-  assert not np.any(np.triu(prefix, k=1))          # step t attends to slots 0..t only
+  np.testing.assert_allclose(weights[mask], buffer[mask], atol=1e-6)
+  np.testing.assert_allclose(weights[mask].sum(-1), 1.0, atol=1e-5)
+  assert not np.any(np.triu(weights, k=1))          # step t attends to slots 0..t only
 
 
 def test_prefix_form_memory_grows_linearly_with_the_span():

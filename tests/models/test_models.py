@@ -15,6 +15,7 @@ from attnlm_jax import models
 from attnlm_jax.models import heads
 from attnlm_jax.models import lm
 from attnlm_jax.models import memory as memory_lib
+from attnlm_jax.models import nn
 from attnlm_jax.models import scores
 from attnlm_jax.training import steps
 
@@ -294,14 +295,19 @@ def test_attention_rows_sum_to_one_over_valid_slots(name):
 # --------------------------------------------------------------------------- causality
 
 
-# The scores that feed the recurrence have only the scan form.
+# The scores that feed the recurrence have only the scan form; the streaming scores (`single`,
+# `average`) also have the prefix form, the parallel form of a sequence of
+# `streaming_min_len` steps or more ("prefix": streaming_min_len 1).
 FORMS_OF_EACH_SCORE = [(name, form) for name in ALL_SCORES for form in models.ATTENTION_FORMS
                        if form == "scan" or not scores.SCORE_FUNCTIONS[name].feeds_recurrence]
+FORMS_OF_EACH_SCORE += [(name, "prefix") for name in ALL_SCORES
+                        if scores.SCORE_FUNCTIONS[name].streaming]
 
 
 @pytest.mark.parametrize("name, form", FORMS_OF_EACH_SCORE)
 def test_later_tokens_never_change_earlier_log_probs(name, form):
-  config = tiny_config(name, attention_form=form)
+  config = (tiny_config(name, attention_form="parallel", streaming_min_len=1)
+            if form == "prefix" else tiny_config(name, attention_form=form))
   params = randomized_params(config)
   tokens, _ = random_batch(batch_size=2)
   lengths = jnp.array([6, 6])
@@ -416,6 +422,46 @@ def test_evaluation_is_deterministic_and_training_uses_dropout():
   np.testing.assert_array_equal(first, models.apply(params, config, tokens, lengths))
   trained = models.apply(params, config, tokens, lengths, train=True, rng=jax.random.key(2))
   assert not np.allclose(trained, first)
+
+
+@pytest.mark.parametrize("name, pos_tags", [("single", False), ("das_lstmn", True)])
+def test_embedding_dropout_zeroes_the_gradient_of_each_dropped_input_coordinate(name, pos_tags):
+  """The input m_t = [w_t; p_t] is dropped coordinate by coordinate with the mask of each row
+  rebuilt here as `lm._dropout` draws it (the first of three keys split from
+  fold_in(rng, row), `nn.dropout_mask` of [T, D]): with every token and tag used once and an
+  untied softmax (so the embedding reaches the loss only as an input), the gradient of a used
+  row's coordinate is exactly 0 where the mask drops it and nonzero where it keeps it. (DAS
+  attends over the dropped inputs too.)"""
+  batch_size, num_steps = 2, 5
+  config = tiny_config(name, tie_embeddings=False, pos_tags=pos_tags,
+                       num_tags=batch_size * num_steps, tag_size=3, init_scale=0.5)
+  rate = config.dropout
+  params = models.init(jax.random.key(1), config)
+  draw = np.random.default_rng(4)
+  tokens = draw.permutation(config.vocab_size)[:batch_size * num_steps].reshape(
+      batch_size, num_steps).astype(np.int32)
+  tags = draw.permutation(config.num_tags).reshape(batch_size, num_steps).astype(np.int32)
+  lengths = jnp.full((batch_size,), num_steps)
+  rng = jax.random.key(7)
+
+  def loss(tables):
+    logits = models.apply({**params, **tables}, config, jnp.asarray(tokens), lengths,
+                          train=True, rng=rng, tags=jnp.asarray(tags) if pos_tags else None)
+    return -jnp.sum(jax.nn.log_softmax(logits)[..., 0])
+
+  tables = {"embed": params["embed"], **({"tag_embed": params["tag_embed"]} if pos_tags else {})}
+  grads = jax.jit(jax.grad(loss))(tables)
+  width = config.hidden_size + (config.tag_size if pos_tags else 0)
+  masks = np.stack([nn.dropout_mask(jax.random.split(jax.random.fold_in(rng, row), 3)[0], rate,
+                                    (num_steps, width)) for row in range(batch_size)])
+  assert np.any(masks == 0) and np.any(masks > 0)
+  got = np.asarray(grads["embed"])[tokens]                                  # [B, T, H]
+  if pos_tags:
+    got = np.concatenate([got, np.asarray(grads["tag_embed"])[tags]], axis=-1)
+  np.testing.assert_array_equal(got[masks == 0], 0.0)
+  assert np.all(got[masks > 0] != 0.0)
+  unused = np.setdiff1d(np.arange(config.vocab_size), tokens)
+  np.testing.assert_array_equal(np.asarray(grads["embed"])[unused], 0.0)
 
 
 # --------------------------------------------------------------------------- config

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from attnlm_jax.common.errors import ConfigError
-from attnlm_jax.evaluation import analysis
 from attnlm_jax import models
 from attnlm_jax.models import recurrent
 from attnlm_jax.models import scores
@@ -60,8 +59,11 @@ def lstm_cell(layer, x, h, c, xp=np):
 
 
 def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np, tape_slots=0):
-  """One sentence, one layer, written from Cao & Yu eqs. 1-8, 15-19 step by step, in NumPy
-  (or, with xp=jax.numpy, differentiable).
+  """One sentence, written from Cao & Yu eqs. 1-8, 15-19 step by step, in NumPy (or, with
+  xp=jax.numpy, differentiable), for `config.num_layers` stacked layers as docs/models.md has
+  them: the DAS query is the last layer's h_{t-1} (the LSTM's output) and its context feeds
+  the first layer; the LSTMN tapes hold the first layer's (h, c), and their read replaces the
+  first layer's previous state only (the layers above keep their own recurrence).
 
   Returns the log-probabilities [T, V] and the attention weights of each step (DAS: over the
   word history w_1..w_t; LSTMN: over the tape [h_0 = 0, h_1 .. h_{t-1}]). b_v is the DAS
@@ -71,8 +73,9 @@ def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np, tape_slots=0):
   p = jax.tree.map(xp.asarray, params)
   name = config.score
   hidden = config.hidden_size
-  layer = p["lstm"][0]
-  h, c, read_h = xp.zeros(hidden), xp.zeros(hidden), xp.zeros(hidden)
+  layers = p["lstm"]
+  hs, cs = [xp.zeros(hidden)] * len(layers), [xp.zeros(hidden)] * len(layers)
+  read_h = xp.zeros(hidden)
   history = {"words": [], "tags": []}                 # w_1..w_t and p_1..p_t
   tape_h, tape_c = [xp.zeros(hidden)], [xp.zeros(hidden)]
   log_probs, attention = [], []
@@ -87,14 +90,14 @@ def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np, tape_slots=0):
       for stream, vector in streams.items():
         history[stream].append(vector)
         q = p["recurrent"]["das"][stream]
-        e = xp.array([q["v"] @ xp.tanh(q["w_w"].T @ w_i + q["w_h"].T @ h + q["b_att"]) + b_v
-                      for w_i in history[stream]])
+        e = xp.array([q["v"] @ xp.tanh(q["w_w"].T @ w_i + q["w_h"].T @ hs[-1] + q["b_att"])
+                      + b_v for w_i in history[stream]])
         a = softmax(e, xp)
         contexts.append(sum(a_i * w_i for a_i, w_i in zip(a, history[stream])))
         if stream == "words":
           attention.append(a)
       x = xp.concatenate([m] + contexts)                  # [m_t; m'_t]
-    h_prev, c_prev = h, c
+    h_prev, c_prev = hs[0], cs[0]
     if "lstmn" in name:                                   # eq. 1, x_t -> m_t (sec. 3.3)
       q = p["recurrent"]["lstmn"]
       e = xp.array([q["v"] @ xp.tanh(q["w_h"].T @ h_i + q["w_x"].T @ m + q["w_r"].T @ read_h)
@@ -105,20 +108,22 @@ def numpy_model(params, config, tokens, tags, b_v=0.0, xp=np, tape_slots=0):
       read_h = h_prev
       if name == "lstmn":
         attention.append(a)
-    h, c = lstm_cell(layer, x, h_prev, c_prev, xp)
-    tape_h.append(h)
-    tape_c.append(c)
+    hs[0], cs[0] = lstm_cell(layers[0], x, h_prev, c_prev, xp)
+    for depth in range(1, len(layers)):
+      hs[depth], cs[depth] = lstm_cell(layers[depth], hs[depth - 1], hs[depth], cs[depth], xp)
+    tape_h.append(hs[0])
+    tape_c.append(cs[0])
     if tape_slots and len(tape_h) > tape_slots:           # forget the oldest state, keep h_0
       del tape_h[1], tape_c[1]
-    logits = p["embed"] @ h + p["out_bias"]
+    logits = p["embed"] @ hs[-1] + p["out_bias"]
     log_probs.append(logits - logits.max() - xp.log(xp.exp(logits - logits.max()).sum()))
   return xp.stack(log_probs), attention
 
 
-@pytest.mark.parametrize("pos_tags", [False, True])
+@pytest.mark.parametrize("pos_tags, num_layers", [(False, 1), (True, 1), (False, 2)])
 @pytest.mark.parametrize("name", RECURRENT)
-def test_model_matches_numpy_equations(name, pos_tags):
-  config = tiny_config(name, pos_tags=pos_tags)
+def test_model_matches_numpy_equations(name, pos_tags, num_layers):
+  config = tiny_config(name, pos_tags=pos_tags, num_layers=num_layers)
   params = random_params(config)
   tokens, tags, lengths = random_batch()
   logits, weights = models.apply(params, config, tokens, lengths, tags=tags,
@@ -168,10 +173,10 @@ def test_a_short_tape_refuses_to_return_its_ring_as_attention():
   tokens, _, lengths = random_batch()
   with pytest.raises(ConfigError, match="tape_slots = 3 keeps the LSTMN's tape as a ring"):
     models.apply(random_params(config), config, tokens, lengths, return_attention=True)
-  assert not analysis.has_attention(config)
-  assert analysis.has_attention(tiny_config("lstmn"))
-  assert analysis.has_attention(tiny_config("das_lstmn", tape_slots=3))  # the DAS weights
-  assert not analysis.has_attention(tiny_config("none"))
+  assert not models.has_sentence_attention(config)
+  assert models.has_sentence_attention(tiny_config("lstmn"))
+  assert models.has_sentence_attention(tiny_config("das_lstmn", tape_slots=3))  # the DAS weights
+  assert not models.has_sentence_attention(tiny_config("none"))
 
 
 def test_score_functions_match_their_equations():

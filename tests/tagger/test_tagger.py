@@ -279,7 +279,7 @@ def test_a_damaged_tagger_is_a_one_line_error(random_tagger, tmp_path):
   broken = tmp_path / "tagger"
   shutil.copytree(random_tagger, broken)
   (broken / tagging.META_FILE).write_text('{"config": ')             # cut short
-  with pytest.raises(tagger_corpora.TaggerError, match=r"tagger.json cannot be read"):
+  with pytest.raises(tagger_corpora.TaggerError, match=r"tagger.json is not one JSON value"):
     tagging.load(broken)
   (broken / tagging.PARAMS_FILE).unlink()
   with pytest.raises(tagger_corpora.TaggerError, match=r"has no tagger.msgpack: train it again"):

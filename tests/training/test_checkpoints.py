@@ -84,7 +84,7 @@ def test_refuses_a_run_of_another_config_but_not_other_paths_or_cadence(tmp_path
 
 def test_a_truncated_config_json_is_a_one_line_error(tmp_path):
   (tmp_path / checkpoints.CONFIG_FILE).write_text(tiny_config.config().to_json_best_effort()[:40])
-  with pytest.raises(checkpoints.CheckpointError, match="is not a saved config.*--config="):
+  with pytest.raises(checkpoints.CheckpointError, match="is not one JSON value.*--config="):
     checkpoints.read_config(epath.Path(tmp_path))
 
 
