@@ -66,6 +66,7 @@ import numpy as np
 from attnlm_jax.common.errors import UserError
 from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance
 from attnlm_jax import data as data_lib
 from attnlm_jax.data import locations
 from attnlm_jax import models
@@ -278,7 +279,7 @@ def _measure(config, num_steps, rounds, with_peer, tmp: epath.Path, config_name)
                                                    "dropout", "compute_dtype")},
       "data": {key: config.data[key] for key in ("corpus", "span", "batch_size", "max_len",
                                                  "bucket")},
-      "cpu": logging_utils.cpu_model(), "threads": len(os.sched_getaffinity(0)),
+      "cpu": provenance.cpu_model(), "threads": len(os.sched_getaffinity(0)),
       "versions": {"jax": jax.__version__, **({"torch": peer.torch.__version__}
                                               if peer is not None else {})},
       "steps": num_steps, "rounds": rounds, "timed_tokens": int(tokens),

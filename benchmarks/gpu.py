@@ -41,6 +41,7 @@ import numpy as np
 
 from attnlm_jax.common import config_files
 from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance as run_provenance
 from attnlm_jax import models
 from attnlm_jax.models import losses
 from attnlm_jax.models import lstm
@@ -205,7 +206,7 @@ def load_torch():
 
 
 def torch_device_name(torch, device: str) -> str:
-  return torch.cuda.get_device_name(0) if device == "cuda" else logging_utils.cpu_model()
+  return torch.cuda.get_device_name(0) if device == "cuda" else run_provenance.cpu_model()
 
 
 @contextlib.contextmanager

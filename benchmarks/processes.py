@@ -28,6 +28,7 @@ from absl import flags
 
 from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance
 from attnlm_jax.common.errors import UserError
 from attnlm_jax.data import locations
 from benchmarks.shapes import SHARED_DATA
@@ -150,7 +151,7 @@ def measure(pair: str, examples: pathlib.Path, batches: int, rounds: int) -> dic
   import torch  # pylint: disable=g-import-not-at-top  (the bench extra)
   import jax  # pylint: disable=g-import-not-at-top
   return {"pair": pair, "attnlm_args": ours, "examples_args": theirs,
-          "cpu": logging_utils.cpu_model(), "threads": len(os.sched_getaffinity(0)),
+          "cpu": provenance.cpu_model(), "threads": len(os.sched_getaffinity(0)),
           "versions": {"jax": jax.__version__, "torch": torch.__version__},
           "batches": batches, "rounds": rounds, "log_every": LOG_EVERY,
           "tokens_per_s": {side: round(r, 1) for side, r in rate.items()},

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance
 import tiny_config
 
 
@@ -72,14 +72,14 @@ def test_the_start_record_names_the_code_that_trained(workdir):
   commit, _, mark = start["code_version"].partition("+")
   assert commit == _git("rev-parse", "HEAD")
   assert mark == ("changes" if _git("status", "--porcelain", "--untracked-files=no", "--",
-                                    *logging_utils.CODE_PATHS) else "")
+                                    *provenance.CODE_PATHS) else "")
 
 
 def test_the_start_record_names_the_libraries_that_trained(workdir):
   """A run on another machine (a GPU image's JAX) says which JAX, Flax, Optax and Orbax ran."""
   start = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
   assert start["versions"]["jax"] == importlib.metadata.version("jax")
-  assert set(start["versions"]) == set(logging_utils.LIBRARIES)
+  assert set(start["versions"]) == set(provenance.LIBRARIES)
 
 
 def test_a_change_to_the_code_marks_the_code_version_and_one_to_the_docs_does_not(tmp_path):
@@ -95,8 +95,8 @@ def test_a_change_to_the_code_marks_the_code_version_and_one_to_the_docs_does_no
   git("add", ".")
   git("commit", "-qm", "code")
   version = lambda: subprocess.run(
-      [sys.executable, "-c", "from attnlm_jax.common import logging_utils; "
-       "print(logging_utils.code_version())"],
+      [sys.executable, "-c", "from attnlm_jax.common import provenance; "
+       "print(provenance.code_version())"],
       cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True).stdout.strip()
   head = git("rev-parse", "HEAD")
   assert version() == head
@@ -110,11 +110,11 @@ def test_a_change_to_the_code_marks_the_code_version_and_one_to_the_docs_does_no
 def test_the_code_version_outside_a_checkout_is_the_installed_package(tmp_path):
   """A copy of the package outside any git checkout (an installed wheel) names its version."""
   shutil.copytree(tiny_config.REPO / "attnlm_jax", tmp_path / "attnlm_jax")
-  done = subprocess.run([sys.executable, "-c", "from attnlm_jax.common import logging_utils; "
-                         "print(logging_utils.__file__); print(logging_utils.code_version())"],
+  done = subprocess.run([sys.executable, "-c", "from attnlm_jax.common import provenance; "
+                         "print(provenance.__file__); print(provenance.code_version())"],
                         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
   imported_from, version = done.stdout.split()
-  assert imported_from == str(tmp_path / "attnlm_jax" / "common" / "logging_utils.py")
+  assert imported_from == str(tmp_path / "attnlm_jax" / "common" / "provenance.py")
   assert version == f"attnlm_jax=={importlib.metadata.version('attnlm_jax')}"
 
 
@@ -123,8 +123,8 @@ def test_host_cpus_are_those_the_process_may_use():
   """They size XLA's CPU thread pool, and with it the order of float32 sums: one CPU under
   `taskset -c 0`, whatever the host has."""
   done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
-                         "from attnlm_jax.common import logging_utils; "
-                         "print(logging_utils.host_cpus())"],
+                         "from attnlm_jax.common import provenance; "
+                         "print(provenance.host_cpus())"],
                         capture_output=True, text=True, timeout=120, check=True)
   assert done.stdout.split() == ["1"]
 

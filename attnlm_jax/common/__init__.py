@@ -1,1 +1,1 @@
-"""Errors, JSON, logging and figures: what every part of the package uses."""
+"""Errors, JSON, logging, provenance and figures: what every part of the package uses."""

@@ -2,14 +2,10 @@
 then a line per logged step and epoch) and TensorBoard events, written by process 0 and copied
 to a remote workdir every `MIRROR_SECONDS` (docs/training.md, "What goes in the workdir")."""
 
-import contextlib
-import importlib.metadata
 import json
 import logging as std_logging
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,10 +15,7 @@ from absl import logging
 from etils import epath
 import tqdm
 
-from attnlm_jax.common import checkout
-
 METRICS_FILE = "metrics.jsonl"
-CODE_PATHS = ("attnlm_jax", "configs", "setup.py")  # What a change of marks a code_version.
 TENSORBOARD_DIR = "tensorboard"
 # Seconds between copies of the logs to a remote workdir.
 MIRROR_SECONDS = 60.0
@@ -97,89 +90,18 @@ def quiet_libraries() -> None:
     sys.unraisablehook = _DropAbandonedReads(sys.unraisablehook)
 
 
-def progress_bar(description: str, total: int | None = None, unit: str = "it") -> tqdm.tqdm:
-  """A progress bar on stderr for a wait of more than a few seconds: shown on a terminal
-  after PROGRESS_DELAY_SECONDS, not under CI or into a log file (see `interactive`)."""
-  return tqdm.tqdm(desc=description, total=total, unit=unit, file=sys.stderr,
-                   delay=PROGRESS_DELAY_SECONDS, disable=not interactive(), leave=False,
-                   dynamic_ncols=True)
+def progress_bar(description: str, total: int | None = None, unit: str = "it",
+                 initial: int = 0, delay: float = PROGRESS_DELAY_SECONDS) -> tqdm.tqdm:
+  """A progress bar on stderr, counting from `initial`, for a wait of more than a few
+  seconds: shown on a terminal after `delay` seconds, not under CI or into a log file (see
+  `interactive`)."""
+  return tqdm.tqdm(desc=description, total=total, initial=initial, unit=unit, file=sys.stderr,
+                   delay=delay, disable=not interactive(), leave=False, dynamic_ncols=True)
 
 
 def interactive() -> bool:
   """True when stderr is a terminal and not under CI: show a progress bar."""
   return sys.stderr.isatty() and not os.environ.get("CI")
-
-
-def host_cpus() -> int:
-  """The CPUs this process may run on: its affinity mask (`taskset -c`), else the host's.
-
-  XLA sizes its CPU thread pool by it, and the pool's size can change the order in which a
-  matmul's float32 products are summed: a CPU run is reproduced bitwise with the same number.
-  """
-  if hasattr(os, "sched_getaffinity"):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
-
-
-def cpu_model() -> str:
-  """The CPU's model name (/proc/cpuinfo), else the platform's processor string: a CPU
-  run's speed, and the last bits of its float32 sums, depend on it."""
-  with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-    for line in cpuinfo:
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  return platform.processor()
-
-
-# The CPU's vector extensions that XLA compiles for (flag prefixes in /proc/cpuinfo).
-VECTOR_EXTENSIONS = ("sse", "avx", "fma", "f16c", "amx")
-
-
-def cpu_features() -> str:
-  """The CPU's vector extensions (/proc/cpuinfo's flags, `VECTOR_EXTENSIONS`), space-separated
-  and sorted, else "": XLA compiles a CPU program for them, so two CPUs with one model name
-  (a virtual machine's "AMD EPYC") sum float32 alike only when these agree too."""
-  with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-    for line in cpuinfo:
-      if line.startswith("flags"):
-        return " ".join(sorted(flag for flag in line.split(":", 1)[1].split()
-                               if flag.startswith(VECTOR_EXTENSIONS)))
-  return ""
-
-
-# The libraries whose versions a run's start record names.
-LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
-
-
-def library_versions() -> dict[str, str]:
-  """{library: installed version} of `LIBRARIES` (those not installed left out)."""
-  versions = {}
-  for name in LIBRARIES:
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-      versions[name] = importlib.metadata.version(name)
-  return versions
-
-
-def code_version() -> str:
-  """The code a run trains with: the git commit of the checkout `attnlm_jax` is imported from,
-  with "+changes" when its tracked code (`CODE_PATHS`) differs from that commit, else the
-  installed package's "attnlm_jax==VERSION". A rerun repeats a run bit for bit only with the
-  same code: a change in how dropout masks are drawn, say, changes every step after it. Other
-  files (docs, the results pages a run in progress rewrites) do not mark it."""
-  source = os.fspath(checkout.REPOSITORY)
-
-  def git(*args: str) -> str:
-    return subprocess.run(["git", "-C", source, *args], capture_output=True, text=True,
-                          check=True, timeout=30).stdout.strip()
-
-  with contextlib.suppress(OSError, subprocess.SubprocessError):
-    if os.path.samefile(git("rev-parse", "--show-toplevel"), source):
-      changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
-      return git("rev-parse", "HEAD") + ("+changes" if changed else "")
-  try:
-    return f"attnlm_jax=={importlib.metadata.version('attnlm_jax')}"
-  except importlib.metadata.PackageNotFoundError:
-    return "attnlm_jax (not installed, no git checkout)"
 
 
 class MetricWriter:
@@ -262,7 +184,7 @@ def _drop_cut_off_line(path: epath.Path) -> None:
     os.truncate(path, data.rfind(b"\n") + 1)
 
 
-def is_remote(path: epath.Path) -> bool:
+def is_remote(path: str | os.PathLike) -> bool:
   """True for a path of a remote file system (`gs://`, `s3://`, ...), False for a local one."""
   return "://" in os.fspath(path)
 
@@ -284,8 +206,8 @@ class Progress:
     self._done = done
     self._bar = None
     if enabled and interactive():
-      self._bar = tqdm.tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="batch",
-                            dynamic_ncols=True, leave=False)
+      # Shown from the epoch's start (no delay): an epoch is a wait of minutes.
+      self._bar = progress_bar(f"epoch {epoch}", total, unit="batch", initial=done, delay=0)
     self._enabled = enabled
     self._since = None
     self._tokens_before = 0

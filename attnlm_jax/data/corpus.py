@@ -24,6 +24,10 @@ SPLITS = ("train", "valid", "test")
 
 # File name pattern of each on-disk layout.
 LAYOUTS = {"ptb": "ptb.{split}.txt", "wikitext2": "wiki.{split}.tokens"}
+# The embedded corpus's files in `embedded_dir()`, as `grammar.py` writes them: each split's
+# sentences, and the agreement probe set (docs/analysis.md, "The agreement probe").
+EMBEDDED_LAYOUT = "{split}.txt.gz"
+AGREEMENT_FILE = "agreement.jsonl.gz"
 # Words that end a WikiText-2 sentence when they stand alone.
 SENTENCE_ENDS = frozenset((".", "?", "!"))
 
@@ -134,7 +138,7 @@ def _read_lines(corpus: str, data_dir, split: str) -> list[str]:
 
 def _read_embedded(split: str) -> tuple[str, bytes]:
   """Returns (name, decompressed bytes) of the embedded corpus file of `split`."""
-  resource = embedded_dir() / f"{split}.txt.gz"
+  resource = embedded_dir() / EMBEDDED_LAYOUT.format(split=split)
   name = str(resource)
   if not resource.is_file():
     raise CorpusError(f"{name} is missing from the package: generate it with "

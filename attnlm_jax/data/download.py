@@ -31,6 +31,7 @@ from absl import flags
 import tqdm
 
 from attnlm_jax.common import errors
+from attnlm_jax.common import logging_utils
 from attnlm_jax.data import corpus as corpus_lib
 from attnlm_jax.data import locations
 
@@ -246,7 +247,7 @@ def download(corpus: str, data_dir=None, mirror: str = "") -> dict:
     raise DownloadError(f"--mirror={mirror} is not a URL: use file://{os.path.abspath(mirror)} "
                         "for a local copy, or http(s)://HOST/PATH")
   root = str(locations.data_root() if data_dir is None else data_dir)
-  if "://" in root:
+  if logging_utils.is_remote(root):
     raise DownloadError(f"data directory {root} is not local: download into a local "
                         "--data_dir and copy the files there")
   root = pathlib.Path(root).expanduser().absolute()

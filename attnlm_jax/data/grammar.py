@@ -18,6 +18,7 @@ from absl import app
 from absl import flags
 
 from attnlm_jax.common import errors
+from attnlm_jax.data import corpus
 
 SG, PL = 0, 1
 SPLIT_SIZES = {"train": 20_000, "valid": 2_000, "test": 2_000}
@@ -25,7 +26,6 @@ PROBE_SIZE = 1_000
 MAX_WORDS = 35
 MAX_PROBE_DISTANCE = 12
 CONSTRUCTIONS = ("simple", "pp", "src", "orc")
-DEFAULT_OUT_DIR = pathlib.Path(__file__).resolve().parent / "embedded"
 
 
 class GrammarError(errors.UserError, ValueError):
@@ -472,14 +472,14 @@ def write_corpus(out_dir, seed: int = 0) -> dict[str, int]:
     splits = {}
     for index, (split, size) in enumerate(SPLIT_SIZES.items()):
       splits[split] = [" ".join(s.words) for s in generate_sentences(size, 10 * seed + index)]
-      write_gzip(out / f"{split}.txt.gz", splits[split])
+      write_gzip(out / corpus.EMBEDDED_LAYOUT.format(split=split), splits[split])
     probes = build_probe_set(set(splits["train"]), 10 * seed + len(SPLIT_SIZES))
-    write_gzip(out / "agreement.jsonl.gz", [json.dumps(p) for p in probes])
+    write_gzip(out / corpus.AGREEMENT_FILE, [json.dumps(p) for p in probes])
   except OSError as e:
     raise GrammarError(f"cannot write the corpus to {out}: {e.strerror}; pass a writable "
                        "--out_dir") from e
-  return {**{f"{k}.txt.gz": len(v) for k, v in splits.items()},
-          "agreement.jsonl.gz": len(probes)}
+  return {**{corpus.EMBEDDED_LAYOUT.format(split=k): len(v) for k, v in splits.items()},
+          corpus.AGREEMENT_FILE: len(probes)}
 
 
 def main(argv: Sequence[str]) -> None:
@@ -495,6 +495,7 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   # Defined here, not at import, so importing the grammar never clashes with other flags.
-  flags.DEFINE_string("out_dir", str(DEFAULT_OUT_DIR), "Directory to write the corpus into.")
+  flags.DEFINE_string("out_dir", str(corpus.embedded_dir()), "Directory to write the corpus "
+                      "into.")
   flags.DEFINE_integer("seed", 0, "Seed of the grammar's sampler (the shipped files: 0).")
   app.run(main)

@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 from etils import epath
 
+from attnlm_jax.common import logging_utils
+
 ENV_VAR = "ATTNLM_DATA_DIR"
 
 
@@ -30,7 +32,7 @@ CORPORA = {
 
 def absolute(path: str) -> str:
   """A local path made absolute (`~` expanded); "" and URLs (`gs://...`) as they are."""
-  if not path or "://" in path:
+  if not path or logging_utils.is_remote(path):
     return path
   return os.path.abspath(os.path.expanduser(path))
 
@@ -63,7 +65,7 @@ def download_hint(corpus: str, directory) -> str:
   a root other than the data root."""
   command = f"python -m attnlm_jax.data.download --corpus={corpus}"
   path, subdir = os.fspath(directory).rstrip("/"), CORPORA[corpus].subdir
-  if "://" not in path and path.endswith("/" + subdir):
+  if not logging_utils.is_remote(path) and path.endswith("/" + subdir):
     root = os.path.abspath(path[:-len(subdir) - 1])
     if root != os.path.abspath(data_root()):
       command += f" --data_dir={root}"

@@ -105,7 +105,7 @@ def source_fingerprint(corpus: str, data_dir) -> str:
   digest = hashlib.sha256(f"{corpus}/{DATASET_VERSION}".encode())
   for split in corpus_lib.SPLITS:
     if corpus == "embedded":
-      path = corpus_lib.embedded_dir() / f"{split}.txt.gz"
+      path = corpus_lib.embedded_dir() / corpus_lib.EMBEDDED_LAYOUT.format(split=split)
     else:
       path = corpus_lib.split_path(corpus, data_dir, split)
     exists = path.is_file()

@@ -33,7 +33,6 @@ from attnlm_jax.models import memory as memory_lib
 from attnlm_jax.models import scores
 
 ANALYSIS_DIR = "analysis"
-AGREEMENT_FILE = "agreement.jsonl.gz"
 # The fields of a probe item and their types.
 PROBE_TYPES = {"prefix": str, "correct": str, "wrong": str, "distance": int, "attractors": int}
 PROBE_KEYS = tuple(PROBE_TYPES)
@@ -318,7 +317,7 @@ def plot_entropy(effects: Mapping[str, dict], path) -> None:
 # ----------------------------------------------------------------------------- agreement probe
 def default_probe_path():
   """The embedded corpus's agreement set (inside the package)."""
-  return corpus.embedded_dir() / AGREEMENT_FILE
+  return corpus.embedded_dir() / corpus.AGREEMENT_FILE
 
 
 def read_probe(path) -> list[dict]:

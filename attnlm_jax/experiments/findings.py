@@ -8,6 +8,7 @@ from typing import Sequence
 from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
+from attnlm_jax.experiments import seeds
 
 TABLE = "salton_ptb"
 PAGE = "findings.md"
@@ -22,21 +23,15 @@ COLUMNS = {"paper's recipe here": ("{score}", "{score}_seed1"),
 RELEASED_ATTENTION_SCORES = ("single",)   # `released_attention` trains the single score.
 
 
-def _finished(rows: dict, names: Sequence[str]) -> list[dict]:
-  return [rows[n] for n in names if n in rows and rows[n]["status"] == row_status.FINISHED]
-
-
 def _values(runs: Sequence[dict], key: str) -> str:
   """The runs' perplexities under `key`'s rule, comma-separated ("n/a" where the standard
-  rule does not apply, `markdown.standard_perplexity`); "-" for none."""
-  released_rule = key.endswith("_paper_convention")
-  return ", ".join(markdown.format_number(run[key]) if released_rule
-                   else markdown.standard_perplexity(run, run[key]) for run in runs) or "-"
+  rule does not apply, `markdown.perplexity_cell`); "-" for none."""
+  return ", ".join(markdown.perplexity_cell(run, key) for run in runs) or "-"
 
 
-def _cell(rows: dict, names: Sequence[str]) -> str:
-  """"released-rule values / standard values" of the finished runs of `names`."""
-  runs = _finished(rows, names)
+def _cell(rows: dict, names: Sequence[str], runs: Sequence[dict]) -> str:
+  """"released-rule values / standard values" of `runs`, the finished runs of `names`; with
+  none, the status of the first of `names` started."""
   if not runs:
     started = [rows[n]["status"] for n in names if n in rows
                and rows[n]["status"] != row_status.NOT_STARTED]
@@ -45,15 +40,17 @@ def _cell(rows: dict, names: Sequence[str]) -> str:
           f"{_values(runs, 'test_perplexity')}")
 
 
-def _percents(rows: dict, names: Sequence[str], paper: printed.PaperResult) -> list[float]:
-  """Each finished run's difference to the printed test number, percent, its rule."""
+def _percents(runs: Sequence[dict], paper: printed.PaperResult) -> list[float]:
+  """Each run's difference to the printed test number, percent, under its rule."""
   key = f"test_{printed.compared_key(paper.convention)}"
-  return [100.0 * (run[key] - paper.test) / paper.test for run in _finished(rows, names)]
+  return [printed.percent_of_printed(run[key], paper.test) for run in runs]
 
 
 def findings_table(table: dict) -> str:
   """The Markdown table of the findings from a `salton_ptb` results.json."""
   rows = {row["name"]: row for row in table["rows"]}
+  finished = {run["name"]: run
+              for row_runs in seeds.finished_seeds(table).values() for run in row_runs}
   lines = []
   for score, model in PRINTED.items():
     paper = printed.paper_result("ptb", model)
@@ -61,10 +58,13 @@ def findings_table(table: dict) -> str:
              for label, columns in COLUMNS.items()}
     if score not in RELEASED_ATTENTION_SCORES:
       names["attention, released settings"] = ()
-    judged = [f"{label}: {printed.verdict(_percents(rows, columns, paper))}"
+    runs = {label: [finished[n] for n in columns if n in finished]
+            for label, columns in names.items()}
+    judged = [f"{label}: {printed.verdict(_percents(runs[label], paper))}"
               for label, columns in names.items() if columns]
     lines.append([f"`{score}` ({paper.paper})", markdown.format_number(paper.test),
-                  *(_cell(rows, columns) if columns else "-" for columns in names.values()),
+                  *(_cell(rows, columns, runs[label]) if columns else "-"
+                    for label, columns in names.items()),
                   "; ".join(judged)])
   headers = ("printed row", "printed test (released rule)",
              *(f"{label}: released rule / standard" for label in COLUMNS), "verdict")

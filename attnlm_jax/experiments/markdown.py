@@ -25,6 +25,20 @@ def standard_perplexity(record: dict, value) -> str:
   return NOT_APPLICABLE if record.get("every_token_predicted") is False else format_number(value)
 
 
+def perplexity_cell(record: dict, key: str) -> str:
+  """A cell of `record[key]`, a perplexity under `key`'s rule: the released code's (a key
+  ending in "_paper_convention") by `format_number`, the standard one by
+  `standard_perplexity`; "-" when the record lacks it."""
+  value = record.get(key)
+  return (format_number(value) if key.endswith("_paper_convention")
+          else standard_perplexity(record, value))
+
+
+def valid_test_cell(valid, test) -> str:
+  """"valid / test", each by `format_number`."""
+  return f"{format_number(valid)} / {format_number(test)}"
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
   """A Markdown table of text cells."""
   lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

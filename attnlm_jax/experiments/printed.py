@@ -107,8 +107,13 @@ def paper_differences(run: dict, paper: PaperResult) -> dict:
     value = run.get(f"{split}_{key}")
     result[split] = None if value is None or printed is None else {
         "run": value, "printed": printed, "difference": value - printed,
-        "percent": 100.0 * (value - printed) / printed}
+        "percent": percent_of_printed(value, printed)}
   return result
+
+
+def percent_of_printed(value: float, printed: float) -> float:
+  """`value` - `printed`, in percent of `printed`."""
+  return 100.0 * (value - printed) / printed
 
 
 def verdict(percents: Sequence[float]) -> str:

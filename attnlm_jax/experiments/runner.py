@@ -252,8 +252,7 @@ def plan_row(row: tables.Row, workdir: epath.Path, config, cache: dict) -> dict:
   differences = _differences(row, row.directory(workdir), config) if config else []
   paper = printed.paper_result(*row.paper) if row.paper else None
   plan = {"name": row.name, "kind": row.kind, "command": row_command(row, workdir),
-          "printed": (f"{markdown.format_number(paper.valid)} / "
-                      f"{markdown.format_number(paper.test)} ({paper.paper})"
+          "printed": (f"{markdown.valid_test_cell(paper.valid, paper.test)} ({paper.paper})"
                       if paper else "-"),
           "epochs": None, "tokens_per_epoch": None, "total_tokens": None,
           "params": state.get("params"), "note": "",

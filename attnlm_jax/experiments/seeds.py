@@ -29,15 +29,21 @@ HEADERS = ("row", "against", "row's seeds: test", "against's seeds: test",
 STANDARD_KEY, RELEASED_RULE_KEY = "test_perplexity", "test_perplexity_paper_convention"
 
 
-def _finished_seeds(table: dict, row: str) -> list[dict]:
-  return [run for run in table["rows"]
-          if tables.base_row(run["name"]) == row and run["status"] == row_status.FINISHED]
+def finished_seeds(table: dict) -> dict[str, list[dict]]:
+  """Each row's finished seeds (itself and the rows that repeat it, `tables.base_row`), in
+  table order: {row: runs}, the rows with one in the order of their first."""
+  finished = {}
+  for run in table["rows"]:
+    if run["status"] == row_status.FINISHED:
+      finished.setdefault(tables.base_row(run["name"]), []).append(run)
+  return finished
 
 
 def comparable_key(table: dict, rows: Sequence[str]) -> str:
   """The test perplexity that every finished seed of `rows` reports under one rule: the
   standard one, or the released code's where a run leaves the first words unpredicted."""
-  runs = [run for row in rows for run in _finished_seeds(table, row)]
+  finished = finished_seeds(table)
+  runs = [run for row in rows for run in finished.get(row, [])]
   return (RELEASED_RULE_KEY if any(run.get("every_token_predicted") is False for run in runs)
           else STANDARD_KEY)
 
@@ -45,7 +51,7 @@ def comparable_key(table: dict, rows: Sequence[str]) -> str:
 def seed_tests(table: dict, row: str, key: str = STANDARD_KEY) -> list[float]:
   """The test perplexities (`key`) of the finished seeds of `row` (itself included), in table
   order."""
-  return [run[key] for run in _finished_seeds(table, row)]
+  return [run[key] for run in finished_seeds(table).get(row, [])]
 
 
 def verdict(row: Sequence[float], against: Sequence[float]) -> str:

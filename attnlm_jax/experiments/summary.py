@@ -46,12 +46,9 @@ def _tables(repository: pathlib.Path) -> list[dict]:
 
 def _seed_percents(table: dict) -> dict[str, list[float]]:
   """Each row's finished seeds' test differences to its printed number, %, by `base_row`."""
-  percents = {}
-  for row in table["rows"]:
-    test = (row.get("differences") or {}).get("test")
-    if row["status"] == row_status.FINISHED and test:
-      percents.setdefault(tables.base_row(row["name"]), []).append(test["percent"])
-  return percents
+  return {row: [test["percent"] for run in runs
+                if (test := (run.get("differences") or {}).get("test"))]
+          for row, runs in seeds.finished_seeds(table).items()}
 
 
 def _judged(row: dict, percents: dict[str, list[float]]) -> str:
@@ -78,9 +75,8 @@ def _line(table: dict, runs: Sequence[dict], link: str, committed: pathlib.Path,
 
   return [f"[{table['table']}]({link}/README.md)",
           f"[{name}]({link}/{name}/)" if (committed / name).is_dir() else name,
-          per_run(lambda run: markdown.standard_perplexity(run, run.get("test_perplexity"))),
-          per_run(lambda run: markdown.format_number(
-              run.get("test_perplexity_paper_convention"))),
+          per_run(lambda run: markdown.perplexity_cell(run, "test_perplexity")),
+          per_run(lambda run: markdown.perplexity_cell(run, "test_perplexity_paper_convention")),
           f"{markdown.format_number(paper['test'])} ({_rule(paper['convention'])})"
           if paper else "-",
           per_run(lambda run: table_page.difference_cell(
@@ -103,12 +99,8 @@ def finished_rows(table: dict, link: str, committed: pathlib.Path) -> list[list[
   numbers of every finished seed side by side, and the verdict over them. Rows still training
   are left to the table's page."""
   percents = _seed_percents(table)
-  seeds = {}  # base row -> its finished seeds, in table order
-  for row in table["rows"]:
-    if row["status"] == row_status.FINISHED:
-      seeds.setdefault(tables.base_row(row["name"]), []).append(row)
   return [_line(table, runs, link, committed, _judged(runs[0], percents))
-          for runs in seeds.values()]
+          for runs in seeds.finished_seeds(table).values()]
 
 
 def _rule(convention: str) -> str:

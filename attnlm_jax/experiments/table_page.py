@@ -40,9 +40,7 @@ def _markdown_cells(record: dict) -> list[str]:
   """One results.md line of a row: a running row shows its epochs done of the most (and its
   best epoch so far) and, as `valid`, its best validation perplexity so far."""
   number = markdown.format_number
-  perplexities = [number(record[key]) if key.endswith("_paper_convention")
-                  else markdown.standard_perplexity(record, record[key])
-                  for key in runs.RUN_KEYS]
+  perplexities = [markdown.perplexity_cell(record, key) for key in runs.RUN_KEYS]
   if record["status"] == row_status.NOT_STARTED:
     epochs = "not run"
   elif _is_diverged(record):
@@ -64,7 +62,7 @@ def _markdown_cells(record: dict) -> list[str]:
     epochs = f"{record['epochs_run']} ({record['best_epoch']})"
   paper, differences = record["paper"], record["differences"] or {}
   return [record["name"], record["model"], count(record["params"]), epochs, *perplexities,
-          f"{number(paper['valid'])} / {number(paper['test'])}" if paper else "-",
+          markdown.valid_test_cell(paper["valid"], paper["test"]) if paper else "-",
           f"{paper['paper']}, {paper['convention']}" if paper else "-",
           difference_cell(differences.get("valid")), difference_cell(differences.get("test"))]
 

@@ -80,16 +80,26 @@ def settings(cache_size: int, dynamic_window: int, grid_extensions: int) -> dict
           "stat_batches": dynamic_eval.STAT_BATCHES}
 
 
-class Progress(dict):
+class PartialResults(dict):
   """What a row's evaluation has made so far ({"cache": its result, `dynamic_eval.pass_key`:
-  a pass's perplexities}), written to `path` after every entry together with what it was
-  made with (`settings` and the checkpoint's step). A file made with anything else is not
-  read: the row starts afresh."""
+  a pass's perplexities}), written to `path` (PROGRESS_FILE) after every entry together with
+  what it was made with (`settings` and the checkpoint's step). A file made with anything
+  else is not read (`would_resume`): the row starts afresh."""
 
   def __init__(self, path: epath.Path, made_with: dict):
     saved_with, entries = self.read(path)
-    super().__init__(entries if saved_with == made_with else {})
+    super().__init__(entries if self.would_resume(saved_with, made_with) else {})
     self.path, self.made_with = path, made_with
+
+  @staticmethod
+  def would_resume(saved_with: Optional[dict], made_with: dict) -> bool:
+    """Whether a file made with `saved_with` (None: no file) is read by an evaluation made
+    with `made_with`: made with the same, at any step where `made_with` names none."""
+    if saved_with is None:
+      return False
+    if "step" not in made_with:
+      saved_with = {key: value for key, value in saved_with.items() if key != "step"}
+    return saved_with == made_with
 
   @staticmethod
   def read(path: epath.Path) -> tuple[Optional[dict], dict]:
@@ -110,11 +120,11 @@ def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
                 grid_extensions: int) -> dict:
   """The row's test results: `settings` and {"step", "cache", "dynamic_sgd",
   "dynamic_rms"} (`cache.evaluate_split`, `dynamic_eval.evaluate_split`), the
-  hyperparameters chosen on valid. What is made goes to the row's `Progress` as it is made,
-  and a rerun after an interruption takes it from there."""
+  hyperparameters chosen on valid. What is made goes to the row's `PartialResults` as it is
+  made, and a rerun after an interruption takes it from there."""
   model = evaluate.load(row_dir)
   made_with = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step}
-  progress = Progress(row_dir / PROGRESS_FILE, made_with)
+  progress = PartialResults(row_dir / PROGRESS_FILE, made_with)
   if "cache" not in progress:
     progress["cache"] = cache.evaluate_split(model, SPLIT, cache_size,
                                              extensions=grid_extensions)
@@ -138,10 +148,15 @@ def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
     return None
   saved = json_io.read_json(path, errors.UserError, "delete it to evaluate the row again",
                             results=True)
+  return (saved if _of_evaluated_step(saved, row_dir)
+          and _same_settings(saved, cache_size, dynamic_window, grid_extensions) else None)
+
+
+def _of_evaluated_step(saved: dict, row_dir: epath.Path) -> bool:
+  """Whether `saved` (a row's results, or its progress file's "made_with") was made from the
+  checkpoint the row evaluates now; true when the row has no checkpoints."""
   step = checkpoints.evaluated_step(row_dir)
-  if step is not None and saved.get("step") != step:
-    return None
-  return saved if _same_settings(saved, cache_size, dynamic_window, grid_extensions) else None
+  return step is None or saved.get("step") == step
 
 
 def _same_settings(saved: dict, cache_size: int, dynamic_window: int,
@@ -155,17 +170,14 @@ def _same_settings(saved: dict, cache_size: int, dynamic_window: int,
 
 def _in_progress(row_dir: epath.Path, cache_size: int, dynamic_window: int,
                  grid_extensions: int) -> Optional[dict]:
-  """What the row's progress file holds when its evaluation would go on from it (`Progress`:
-  made with these settings and, where the row has checkpoints, its evaluated step): {**its
-  "made_with", "cache": the cache's result (once made), "passes": the passes of dynamic
-  evaluation made}, else None."""
-  made_with, entries = Progress.read(row_dir / PROGRESS_FILE)
-  if made_with is None:
-    return None
-  step = checkpoints.evaluated_step(row_dir)
-  if ({key: value for key, value in made_with.items() if key != "step"}
-      != settings(cache_size, dynamic_window, grid_extensions)
-      or (step is not None and made_with.get("step") != step)):
+  """What the row's progress file holds when its evaluation would go on from it
+  (`PartialResults.would_resume`: made with these settings and, where the row has
+  checkpoints, its evaluated step): {**its "made_with", "cache": the cache's result (once
+  made), "passes": the passes of dynamic evaluation made}, else None."""
+  made_with, entries = PartialResults.read(row_dir / PROGRESS_FILE)
+  if not (PartialResults.would_resume(made_with,
+                                      settings(cache_size, dynamic_window, grid_extensions))
+          and _of_evaluated_step(made_with, row_dir)):
     return None
   return {**made_with, **({"cache": entries["cache"]} if "cache" in entries else {}),
           "passes": sum(key != "cache" for key in entries)}
@@ -195,25 +207,14 @@ def _valid(result: dict, key: str) -> Optional[float]:
   return min(result["grid"], key=lambda point: point["perplexity"])[key]
 
 
-def _pair(valid, test) -> str:
-  return f"{markdown.format_number(valid)} / {markdown.format_number(test)}"
-
-
 def _cells(record: dict, key: str) -> list[str]:
   """A page line under one rule (`key`): the model's and each method's valid / test."""
   found = _results_so_far(record)
   return [record["name"],
-          " / ".join(_model_cell(record, key, split) for split in ("valid", "test")),
-          *(_pair(_valid(found[method], key), found[method][key]) if method in found
-            else _missing_cell(record) for method in METHODS)]
-
-
-def _model_cell(record: dict, key: str, split: str) -> str:
-  """The row's own perplexity on `split` under rule `key` ("n/a" under the standard rule for a
-  row that never predicts a sentence's first word, `markdown.standard_perplexity`)."""
-  value = record.get(f"{split}_{key}")
-  return (markdown.standard_perplexity(record, value) if key == "perplexity"
-          else markdown.format_number(value))
+          " / ".join(markdown.perplexity_cell(record, f"{split}_{key}")
+                     for split in ("valid", "test")),
+          *(markdown.valid_test_cell(_valid(found[method], key), found[method][key])
+            if method in found else _missing_cell(record) for method in METHODS)]
 
 
 def _results_so_far(record: dict) -> dict:
@@ -293,7 +294,7 @@ def _count(number: int, unit: str) -> str:
 def _head_cache_lines(rows: Sequence[dict]) -> list[str]:
   """testtime.md's table of the rows' caches over h'_t (none: no lines)."""
   lines = [[r["name"], f"{head['cache_size']:,}",
-            *(_pair(head[f"valid_{key}"], head[key]) for key in RULES),
+            *(markdown.valid_test_cell(head[f"valid_{key}"], head[key]) for key in RULES),
             f"{head['cache_theta']:g}, {head['cache_lambda']:g}"]
            for r in rows for head in [r.get("cache_head")] if head]
   if not lines:

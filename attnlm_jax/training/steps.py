@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance
 from attnlm_jax import models
 from attnlm_jax.models import losses
 from attnlm_jax.training import parallel
@@ -152,7 +152,7 @@ def compile_side_by_side(compilations: Sequence[Callable[[], Any]]) -> None:
   """Runs `compilations` (`TrainStep.compilations`, `Evaluator.compilations`: each compiles
   one program, or runs the evaluation step once per shape) on a pool of threads, one per
   host CPU the process may use."""
-  workers = max(1, min(len(compilations), logging_utils.host_cpus()))
+  workers = max(1, min(len(compilations), provenance.host_cpus()))
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
     for future in [pool.submit(compile_one) for compile_one in compilations]:
       future.result()

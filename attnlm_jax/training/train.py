@@ -22,6 +22,7 @@ import numpy as np
 
 from attnlm_jax.common import errors
 from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance
 from attnlm_jax import data as data_lib
 from attnlm_jax import models
 from attnlm_jax.models import losses
@@ -258,9 +259,9 @@ class _Session:
         self.step, self.config.to_json_best_effort(sort_keys=True),
         models.count_params(self.state["params"]), platform=jax.default_backend(),
         devices=jax.device_count(), device_kind=jax.devices()[0].device_kind,
-        host_cpus=logging_utils.host_cpus(), cpu_model=logging_utils.cpu_model(),
-        cpu_features=logging_utils.cpu_features(),
-        code_version=logging_utils.code_version(), versions=logging_utils.library_versions(),
+        host_cpus=provenance.host_cpus(), cpu_model=provenance.cpu_model(),
+        cpu_features=provenance.cpu_features(),
+        code_version=provenance.code_version(), versions=provenance.library_versions(),
         train_batches=self.data.num_train_batches(), vocab_size=vocab_size,
         unigram_valid_perplexity=losses.unigram_perplexity(
             self.data.split("train").tokens, self.data.split("valid").tokens, vocab_size))

@@ -13,6 +13,7 @@ import pytest
 
 from attnlm_jax.common import config_files
 from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
@@ -142,7 +143,7 @@ def test_run_writes_results_json_md_and_curves(demo):
     assert "best_valid_perplexity" not in row and "(so far)" not in line
   assert "still training" not in "\n".join(markdown)
   host_cpus = len(os.sched_getaffinity(0))   # tests/conftest.py: 2 devices on the host's CPUs
-  place = (f"cpu ({logging_utils.cpu_model()}), 2 devices, "
+  place = (f"cpu ({provenance.cpu_model()}), 2 devices, "
            f"{host_cpus} host CPU{'' if host_cpus == 1 else 's'}")
   assert [row["ran_on"] for row in table["rows"]] == [[place], [place]]
   versions = [row["code_versions"] for row in table["rows"]]   # Each row's one session.

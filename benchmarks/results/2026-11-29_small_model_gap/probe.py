@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance
 
 VOCAB = 10_000
 SHAPES = {"example_recipe": (20 * 35, 200), "stream_650": (32 * 35, 650)}
@@ -81,7 +81,7 @@ def main():
                       "gflops": {s: round(flops / m / 1e6, 1) for s, m in ms.items()},
                       "ratio_jax_over_torch_speed": round(ms["torch"] / ms["jax"], 3),
                       "rounds_ms": {s: [round(x, 2) for x in t] for s, t in times.items()},
-                      "cpu": logging_utils.cpu_model(), "threads": torch.get_num_threads(),
+                      "cpu": provenance.cpu_model(), "threads": torch.get_num_threads(),
                       "versions": {"jax": jax.__version__, "torch": torch.__version__}}),
           flush=True)
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlm_jax.common import logging_utils
+from attnlm_jax.common import provenance
 from attnlm_jax.models import lstm
 
 T, B, H = 35, 32, 650
@@ -123,8 +123,8 @@ def main():
   print(json.dumps({
       "shape": {"steps": T, "batch": B, "hidden": H},
       "ms": {name: statistics.median(r) for name, r in rounds.items()}, "rounds_ms": rounds,
-      "gradients_max_relative_difference": agree, "cpu": logging_utils.cpu_model(),
-      "threads": logging_utils.host_cpus(),
+      "gradients_max_relative_difference": agree, "cpu": provenance.cpu_model(),
+      "threads": provenance.host_cpus(),
       "versions": {"jax": jax.__version__}}))
 
 
