@@ -5,10 +5,13 @@ Only "\\n" ends a line, and a "\\r" just before it is dropped (Windows line ends
 U+2029, which can stand inside a sentence of a real corpus, so that one line of the file
 would become two sentences. A UTF-8 byte-order mark at the start is dropped, not read as part
 of the first word. Bytes that are not UTF-8, and a NUL byte (valid UTF-8, but no text file
-holds one), are an error that names the file, the byte and its line.
+holds one), are an error that names the file, the byte and its line. `gunzip` unpacks a
+gzipped file first, with the same kind of one-line error.
 """
 
+import gzip
 from typing import Type
+import zlib
 
 from etils import epath
 
@@ -30,6 +33,15 @@ def decode(name: str, data: bytes, error: Type[errors.UserError] = errors.UserEr
     raise error(f"{name}: a NUL byte at offset {nul} (line {line}): a binary file, not text; "
                 "pass the corpus's text file")
   return text
+
+
+def gunzip(name: str, data: bytes, error: Type[errors.UserError], problem: str,
+           fix: str) -> bytes:
+  """`data` decompressed; `error` says "NAME PROBLEM (why): FIX" when it is not whole gzip."""
+  try:
+    return gzip.decompress(data)
+  except (OSError, EOFError, zlib.error) as e:
+    raise error(f"{name} {problem} ({e}): {fix}") from None
 
 
 def split_lines(text: str) -> list[str]:

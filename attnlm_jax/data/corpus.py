@@ -8,9 +8,7 @@ documents): docs/data.md, "Corpora and layouts"; bad input raises `CorpusError`.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import importlib.resources
-import zlib
 
 from etils import epath
 
@@ -143,11 +141,9 @@ def _read_embedded(split: str) -> tuple[str, bytes]:
   if not resource.is_file():
     raise CorpusError(f"{name} is missing from the package: generate it with "
                       "`python -m attnlm_jax.data.grammar`")
-  try:
-    return name, gzip.decompress(resource.read_bytes())
-  except (OSError, EOFError, zlib.error) as e:
-    raise CorpusError(f"{name} is not a valid gzip file ({e}): regenerate it with "
-                      "`python -m attnlm_jax.data.grammar`") from None
+  return name, text_files.gunzip(name, resource.read_bytes(), CorpusError,
+                                 "is not a valid gzip file",
+                                 "regenerate it with `python -m attnlm_jax.data.grammar`")
 
 
 def _find_split_file(corpus: str, data_dir, split: str) -> epath.Path:

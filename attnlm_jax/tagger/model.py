@@ -114,7 +114,7 @@ def apply(params: dict, config, words: jax.Array, suffix_ids: jax.Array, *,
   return jnp.matmul(outputs, params["out_w"], precision=nn.PRECISION) + params["out_b"]
 
 
-def _encode(tagger: Tagger, sentences, tag_index: Optional[dict] = None):
+def encode_sentences(tagger: Tagger, sentences, tag_index: Optional[dict] = None):
   """(word ids [T], suffix ids [T, S], tag ids [T] (0 without `tag_index`)) per sentence of
   (normalised words, tags)."""
   width = len(word_features("a", tagger.config))
@@ -125,7 +125,8 @@ def _encode(tagger: Tagger, sentences, tag_index: Optional[dict] = None):
           for words, tags in sentences]
 
 
-def _batches(encoded, batch_size: int, rng: Optional[np.random.Generator]) -> Iterator[dict]:
+def padded_batches(encoded, batch_size: int, rng: Optional[np.random.Generator]
+                   ) -> Iterator[dict]:
   """Batches of sentences padded with 0 to a multiple of `_BUCKET` steps; shuffled by `rng`.
 
   Training batches hold sentences of similar length (sorted chunks of a shuffled order).
@@ -161,14 +162,14 @@ def tag_ids(tagger: Tagger, sentences: Sequence[Sequence[str]]) -> list[np.ndarr
   """The predicted tag ids of each sentence's words (normalised first), left to right; none
   for a sentence without words (TAG_BATCH_SIZE sentences a batch)."""
   with_words = [i for i, sentence in enumerate(sentences) if len(sentence)]
-  encoded = _encode(tagger, [([corpora.normalize(w) for w in sentences[i]], None)
-                             for i in with_words])
+  encoded = encode_sentences(tagger, [([corpora.normalize(w) for w in sentences[i]], None)
+                                      for i in with_words])
   config = ml_collections.FrozenConfigDict(tagger.config)
   result = [np.zeros(0, np.int32) for _ in sentences]
   with logging_utils.progress_bar("tagging", total=len(encoded), unit=" sentences") as bar:
     for start in range(0, len(encoded), TAG_BATCH_SIZE):
       chunk = encoded[start:start + TAG_BATCH_SIZE]
-      batch = next(_batches(chunk, len(chunk), None))
+      batch = next(padded_batches(chunk, len(chunk), None))
       predicted = np.asarray(_predict(tagger.params, config, batch["words"],
                                       batch["suffixes"]))
       for r, row in enumerate(chunk):

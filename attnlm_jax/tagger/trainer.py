@@ -14,6 +14,7 @@ import optax
 
 from attnlm_jax.common import logging_utils
 from attnlm_jax.data import vocab as vocab_lib
+from attnlm_jax import models
 from attnlm_jax.tagger import corpora
 from attnlm_jax.tagger import model as model_lib
 from attnlm_jax.tagger import tagging
@@ -83,7 +84,7 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
   params = model_lib.init(jax.random.key(config.seed), config.model, len(words), len(endings),
                           len(tags))
   tagger = model_lib.Tagger(params, config.model, words, endings, tags)
-  encoded = model_lib._encode(tagger, train, {t: i for i, t in enumerate(tags)})
+  encoded = model_lib.encode_sentences(tagger, train, {t: i for i, t in enumerate(tags)})
   optimizer = optax.chain(optax.clip_by_global_norm(config.train.grad_clip),
                           optax.adam(config.train.learning_rate))
   opt_state = optimizer.init(params)
@@ -105,7 +106,7 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
     start, losses = time.time(), []
     num_batches = -(-len(encoded) // config.data.batch_size)
     with logging_utils.progress_bar(f"epoch {epoch}", total=num_batches, unit="batch") as bar:
-      for batch in model_lib._batches(encoded, config.data.batch_size, order_rng):
+      for batch in model_lib.padded_batches(encoded, config.data.batch_size, order_rng):
         rng, step_rng = jax.random.split(rng)
         params, opt_state, average, loss = train_step(params, opt_state, average, batch,
                                                       step_rng, np.float32(step))
@@ -121,7 +122,7 @@ def train_tagger(config: ml_collections.ConfigDict, workdir) -> dict:
       "test_accuracy_unk": model_lib.accuracy_of(predicted, test, only=vocab_lib.UNK),
       "train_accuracy": model_lib.accuracy(tagger, train),
       "majority_baseline": model_lib.majority_baseline(train, test),
-      "num_params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
+      "num_params": models.count_params(params),
       "test_tokens": sum(len(w) for w, _ in test),
   }
   tagging.save(tagger, workdir, metrics)

@@ -14,7 +14,10 @@ from attnlm_jax import data as data_lib
 from attnlm_jax.common import errors
 from attnlm_jax.data import grammar
 from attnlm_jax.evaluation import analysis
+from attnlm_jax.evaluation import analysis_plots
 from attnlm_jax.evaluation import evaluate
+from attnlm_jax.evaluation import forward_passes
+from attnlm_jax.evaluation import probes
 from attnlm_jax import models
 
 import tiny_config
@@ -49,7 +52,7 @@ def _model(vocab, score: str, seed: int = 0, memory: str = "filled",
 def test_drawn_weights_are_the_weights_of_apply(vocab, score, memory, tmp_path):
   model = _model(vocab, score, memory=memory)
   attentions = {score: analysis.sentence_attention(model, SENTENCES, score)}
-  drawn = analysis.plot_attention(attentions, tmp_path / "attention.png")
+  drawn = analysis_plots.plot_attention(attentions, tmp_path / "attention.png")
   assert (tmp_path / "attention.png").stat().st_size > 0
   for sentence, (picture,) in zip(SENTENCES, drawn):
     words = sentence.split()
@@ -58,19 +61,19 @@ def test_drawn_weights_are_the_weights_of_apply(vocab, score, memory, tmp_path):
     _, weights = models.apply(model.params, model.config.model, tokens,
                               jnp.asarray([n], jnp.int32), return_attention=True)
     weights = np.asarray(weights[0])
-    mask = analysis.valid_slots(model.config.model, np.asarray([n]), n)[0]
+    mask = forward_passes.valid_slots(model.config.model, np.asarray([n]), n)[0]
     assert picture.shape == (n, n)
     np.testing.assert_array_equal(np.isnan(picture), ~mask)        # masked cells blank
     np.testing.assert_allclose(picture[mask], weights[mask], atol=1e-6)
     np.testing.assert_allclose(np.where(mask, weights, 0).sum(-1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(weights > 0, mask)                # every visible slot read
   labels = attentions[score][0].slots
-  expected_first = "<eos>" if score == "das" else analysis.ZERO_SLOT_LABEL
+  expected_first = "<eos>" if score == "das" else forward_passes.ZERO_SLOT_LABEL
   assert labels[0] == expected_first and labels[1] == ("the" if score == "das" else "<eos>")
 
 
 def test_model_without_attention_is_refused(vocab):
-  with pytest.raises(analysis.AnalysisError, match="no attention weights"):
+  with pytest.raises(forward_passes.AnalysisError, match="no attention weights"):
     analysis.sentence_attention(_model(vocab, "none"), SENTENCES)
 
 
@@ -116,7 +119,7 @@ def test_learned_scores_are_not_uniform(vocab):
 def test_next_word_log_probs_match_step_by_step_decoding(vocab):
   model = _model(vocab, "single", seed=3)
   prefixes = [["the", "keys", "to", "the", "cabinet"], ["a", "dog"]]
-  results_ = analysis.forward(model, prefixes)
+  results_ = forward_passes.forward(model, prefixes)
   for prefix, result in zip(prefixes, results_):
     state = models.init_state(model.params, model.config.model, 1, capacity=16)
     for token in [data_lib.EOS_ID, *vocab.encode(prefix)]:
@@ -131,7 +134,7 @@ def test_probe_summary_by_hand():
            {"distance": 1, "attractors": 1, "construction": "pp"},
            {"distance": 3, "attractors": 1, "construction": "src"},
            {"distance": 3, "attractors": 0, "construction": "src"}]
-  summary = analysis.probe_summary(items, np.array([-1.0, -3.0, -2.0, -9.0]),
+  summary = probes.probe_summary(items, np.array([-1.0, -3.0, -2.0, -9.0]),
                                    np.array([-2.0, -1.0, -4.0, -1.0]),
                                    np.array([True, True, True, False]))
   assert summary["accuracy"] == pytest.approx(2 / 3)
@@ -151,8 +154,8 @@ def test_probe_of_a_model_that_always_prefers_plural_verbs(vocab):
   model = _model(vocab, "single")
   model = _model(vocab, "single", embed=jnp.zeros_like(model.params["embed"]),
                  out_bias=jnp.asarray(bias))
-  items = analysis.read_probe(analysis.default_probe_path())
-  summary = analysis.probe(model, items)
+  items = probes.read_probe(probes.default_probe_path())
+  summary = probes.probe(model, items)
   hits = [grammar.verb_number(item["correct"]) == grammar.PL for item in items]
   assert summary["accuracy"] == pytest.approx(np.mean(hits))
   for attractors in {item["attractors"] for item in items}:
@@ -165,21 +168,24 @@ def test_read_probe_errors(tmp_path):
   path = tmp_path / "bad.jsonl"
   path.write_text('{"prefix": "the dog", "correct": "runs", "wrong": "run", "distance": 0, '
                   '"attractors": 0}\nnot json\n')
-  with pytest.raises(analysis.AnalysisError, match=r"bad.jsonl line 2 is not JSON"):
-    analysis.read_probe(str(path))
+  with pytest.raises(forward_passes.AnalysisError, match=r"bad.jsonl line 2 is not JSON"):
+    probes.read_probe(str(path))
   path.write_text('{"prefix": "the dog", "correct": "runs"}\n')
-  with pytest.raises(analysis.AnalysisError, match="line 1 lacks wrong, distance, attractors"):
-    analysis.read_probe(str(path))
-  with pytest.raises(analysis.AnalysisError, match="not found"):
-    analysis.read_probe(str(tmp_path / "missing.jsonl"))
+  with pytest.raises(forward_passes.AnalysisError,
+                     match="line 1 lacks wrong, distance, attractors"):
+    probes.read_probe(str(path))
+  with pytest.raises(forward_passes.AnalysisError, match="not found"):
+    probes.read_probe(str(tmp_path / "missing.jsonl"))
   path.write_text('{"prefix": 3, "correct": "runs", "wrong": "run", "distance": 2.5, '
                   '"attractors": 0}\n')
-  with pytest.raises(analysis.AnalysisError, match=r"line 1: prefix, distance of the wrong type"):
-    analysis.read_probe(str(path))
+  with pytest.raises(forward_passes.AnalysisError,
+                     match=r"line 1: prefix, distance of the wrong type"):
+    probes.read_probe(str(path))
   gz = tmp_path / "plain.jsonl.gz"
   gz.write_text('{"prefix": "the dog"}\n')                   # named .gz, not gzipped
-  with pytest.raises(analysis.AnalysisError, match=r"plain.jsonl.gz is not a whole gzip file"):
-    analysis.read_probe(str(gz))
+  with pytest.raises(forward_passes.AnalysisError,
+                     match=r"plain.jsonl.gz is not a whole gzip file"):
+    probes.read_probe(str(gz))
 
 
 def test_analyze_writes_its_files(vocab, tmp_path):
@@ -191,7 +197,7 @@ def test_analyze_writes_its_files(vocab, tmp_path):
       {"prefix": "the dog", "correct": "zzz", "wrong": "run", "distance": 0, "attractors": 0}]))
   trained = {"single": _model(vocab, "single"), "baseline": _model(vocab, "none")}
   summary = analysis.analyze(trained, tmp_path / "out", sentences=SENTENCES, max_sentences=10,
-                             probes=analysis.read_probes([str(probe_file)]))
+                             probes=probes.read_probes([str(probe_file)]))
   out = tmp_path / "out"
   for name in ("attention.png", "attention.json", "entropy.png", "entropy.json",
                "probe_mini.png", "probe_mini.json", "surprisal_0.png", "surprisal_1.png",
