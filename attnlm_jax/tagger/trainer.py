@@ -2,7 +2,6 @@
 the saved weights a moving average of the trained ones; scored on the CoNLL-2000 test split."""
 
 import json
-import math
 import time
 
 from etils import epath
@@ -33,17 +32,13 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
   """Raises a UserError for settings that cannot train (one line each), before anything is
   read or written."""
   run_config.check_seeds(config)
-  for name, value in (("train.num_epochs", config.train.num_epochs),
-                      ("data.batch_size", config.data.batch_size)):
-    if value < 1:
-      raise corpora.TaggerError(f"config.{name} = {value} must be at least 1")
+  run_config.check_counts(config, ("train.num_epochs", "data.batch_size"), corpora.TaggerError)
   if config.data.max_train_sentences < 0:
     raise corpora.TaggerError(f"config.data.max_train_sentences = "
                               f"{config.data.max_train_sentences} must be at least 0 (0: all)")
-  for name in ("learning_rate", "grad_clip"):
-    if not 0 < config.train[name] < math.inf:
-      raise corpora.TaggerError(f"config.train.{name} = {config.train[name]} must be a "
-                                "positive number")
+  run_config.check_positive(config, {"train.learning_rate": "",
+                                     "train.grad_clip": "the largest global norm of a step's "
+                                                        "gradient"}, corpora.TaggerError)
   decay = config.train.get("ema_decay", 0.0)
   if not 0 <= decay < 1:
     raise corpora.TaggerError(f"config.train.ema_decay = {decay} must be in [0, 1): the "

@@ -1,11 +1,13 @@
 """A run's config made whole: the sizes its vocabulary and its POS tagger decide, then checked."""
 
 import math
+from typing import Mapping, Sequence, Type
 
 import jax
 import ml_collections
 
 from attnlm_jax.common.errors import ConfigError
+from attnlm_jax.common.errors import UserError
 from attnlm_jax import models
 from attnlm_jax.tagger import tagging
 from attnlm_jax.training import schedules
@@ -46,6 +48,34 @@ def check_seeds(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f"config.{name} = {seed} must be at least 0 (--config.{name})")
 
 
+def check_counts(config: ml_collections.ConfigDict, fields: Sequence[str],
+                 error: Type[UserError] = ConfigError) -> None:
+  """Raises `error` for a field of `fields` ("train.num_epochs", ...) below 1."""
+  for field in fields:
+    section, name = field.split(".")
+    if config[section][name] < 1:
+      raise error(f"config.{field} = {config[section][name]} must be at least 1")
+
+
+def check_positive(config: ml_collections.ConfigDict, fields: Mapping[str, str],
+                   error: Type[UserError] = ConfigError) -> None:
+  """Raises `error` for a field of `fields` ({"train.learning_rate": what it is, ...}) that is
+  not a positive finite number, saying what the field is."""
+  for field, meaning in fields.items():
+    section, name = field.split(".")
+    if not 0 < config[section][name] < math.inf:
+      raise error(f"config.{field} = {config[section][name]} must be a positive number"
+                  f"{': ' + meaning if meaning else ''}")
+
+
+# Training's fields that count steps or epochs, and its positive numbers -> what they are.
+TRAINING_COUNTS = ("train.num_epochs", "train.patience", "train.log_every_steps",
+                   "train.lr_plateau_patience")
+TRAINING_POSITIVE = {"train.learning_rate": "",
+                     "train.grad_clip": "the largest global norm of a step's gradient (the "
+                                        "papers' 5.0)"}
+
+
 def check_training(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError for training settings that cannot work (one line each)."""
   check_seeds(config)
@@ -57,15 +87,8 @@ def check_training(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.train.grad_shards = {shards} must be a multiple of the "
                       f"{devices} devices and divide config.data.batch_size = "
                       f"{config.data.batch_size} (0: one shard per device)")
-  for field in ("num_epochs", "patience", "log_every_steps", "lr_plateau_patience"):
-    if config.train[field] < 1:
-      raise ConfigError(f"config.train.{field} = {config.train[field]} must be at least 1")
-  if not 0 < config.train.learning_rate < math.inf:
-    raise ConfigError(f"config.train.learning_rate = {config.train.learning_rate} must be "
-                      "a positive number")
-  if not 0 < config.train.grad_clip < math.inf:
-    raise ConfigError(f"config.train.grad_clip = {config.train.grad_clip} must be a positive "
-                      "number: the largest global norm of a step's gradient (the papers' 5.0)")
+  check_counts(config, TRAINING_COUNTS)
+  check_positive(config, TRAINING_POSITIVE)
   if config.train.lr_schedule not in schedules.SCHEDULES:
     raise ConfigError(f"config.train.lr_schedule = {config.train.lr_schedule!r} is not a "
                       f"schedule: use one of {', '.join(schedules.SCHEDULES)}")
