@@ -104,15 +104,28 @@ def load(workdir, config: Optional[ml_collections.ConfigDict] = None) -> Trained
 
 
 def _saved_config(workdir: epath.Path) -> ml_collections.ConfigDict:
-  """The run's config.json, where a `data.data_dir` that is no directory here (the run was
-  trained on another machine) becomes this machine's directory of the same corpus
-  (`locations.corpus_dir`), said in one log line."""
+  """The run's config.json, where directories that are none here (the run was trained on
+  another machine) are found again, each said in one log line: a `data.data_dir` becomes this
+  machine's directory of the same corpus (`locations.corpus_dir`), and a POS-input model's
+  `data.tagger_dir` the directory of that name beside the workdir (where a table's rows keep
+  their tagger; `check_tagger` then checks it is the tagger the model trained with)."""
   config = checkpoints.read_config(workdir)
+  source = workdir / checkpoints.CONFIG_FILE
   data_dir = config.data.data_dir
   if config.data.corpus in locations.CORPORA and not epath.Path(data_dir).is_dir():
     config.data.data_dir = str(locations.corpus_dir(config.data.corpus))
     logging.warning("%s's data_dir %s is not a directory here: reading the corpus from %s",
-                    workdir / checkpoints.CONFIG_FILE, data_dir, config.data.data_dir)
+                    source, data_dir, config.data.data_dir)
+  tagger_dir = config.data.get("tagger_dir")
+  if config.model.get("pos_tags") and tagger_dir and not epath.Path(tagger_dir).is_dir():
+    beside = workdir.parent / epath.Path(tagger_dir).name
+    if not beside.is_dir():
+      raise checkpoints.CheckpointError(
+          f"{source}'s tagger_dir {tagger_dir} is not a directory here, nor is {beside}: "
+          f"copy the tagger the model trained with to {beside}")
+    config.data.tagger_dir = str(beside)
+    logging.warning("%s's tagger_dir %s is not a directory here: reading the tagger from %s",
+                    source, tagger_dir, beside)
   return config
 
 

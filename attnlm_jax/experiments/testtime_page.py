@@ -139,17 +139,52 @@ def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   return found
 
 
+def _read_row_file(row_dir: epath.Path) -> Optional[dict]:
+  """The row's saved results (ROW_FILE), None without them."""
+  path = row_dir / ROW_FILE
+  if not path.exists():
+    return None
+  return json_io.read_json(path, errors.UserError, "delete it to evaluate the row again",
+                           results=True)
+
+
 def _saved(row_dir: epath.Path, cache_size: int, dynamic_window: int,
            grid_extensions: int) -> Optional[dict]:
   """The row's saved results when made with these settings (`settings`) from the checkpoint
   the row has now (when it has checkpoints: a committed page's rows keep none), else None."""
-  path = row_dir / ROW_FILE
-  if not path.exists():
-    return None
-  saved = json_io.read_json(path, errors.UserError, "delete it to evaluate the row again",
-                            results=True)
-  return (saved if _of_evaluated_step(saved, row_dir)
+  saved = _read_row_file(row_dir)
+  return (saved if saved is not None and _of_evaluated_step(saved, row_dir)
           and _same_settings(saved, cache_size, dynamic_window, grid_extensions) else None)
+
+
+# The command line's test-time flags, by their keys in `settings`.
+FLAG_NAMES = {"cache_size": "--cache", "dynamic_window": "--dynamic_window",
+         "grid_extensions": "--grid_extensions"}
+
+
+def _flags_text(values: dict) -> str:
+  """`values` ({key of FLAG_NAMES: value}) as the command line gives them."""
+  return " ".join(f"{flag}={values[key]}" for key, flag in FLAG_NAMES.items())
+
+
+def check_flags(row_dirs: Sequence[epath.Path], cache_size: int, dynamic_window: int,
+                grid_extensions: int) -> None:
+  """UserError when a row keeps results (ROW_FILE) or progress (PROGRESS_FILE) made with
+  other test-time flags (FLAG_NAMES): evaluating with these would replace hours of
+  evaluation, and the page would list the rows it leaves as not evaluated. A saved result
+  without `grid_extensions` was made with none (`settings`)."""
+  wanted = {"cache_size": cache_size, "dynamic_window": dynamic_window,
+            "grid_extensions": grid_extensions}
+  for row_dir in row_dirs:
+    for path, made_with in ((row_dir / ROW_FILE, _read_row_file(row_dir)),
+                            (row_dir / PROGRESS_FILE, PartialResults.read(
+                                row_dir / PROGRESS_FILE)[0])):
+      found = made_with and {key: made_with.get(key, 0) for key in FLAG_NAMES}
+      if found and found != wanted:
+        raise errors.UserError(
+            f"{path} was made with {_flags_text(found)}, not {_flags_text(wanted)}: give "
+            "those flags to go on with this page, or delete the file to evaluate the row "
+            "with these")
 
 
 def _of_evaluated_step(saved: dict, row_dir: epath.Path) -> bool:
@@ -385,10 +420,11 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
   selected = {row.name for row in tables.select_rows(table, rows)}
   workdir = epath.Path(str(workdir))
   runner.require_workdir(table, workdir, "--mode=testtime")
+  training_rows = [row for row in tables.get_table(table).rows if row.kind == tables.TRAIN]
+  check_flags([row.directory(workdir) for row in training_rows], cache_size, dynamic_window,
+              grid_extensions)
   records, evaluated = [], []
-  for row in tables.get_table(table).rows:
-    if row.kind != tables.TRAIN:
-      continue
+  for row in training_rows:
     state = row_status.read(row, workdir)
     row_dir = row.directory(workdir)
     if not runner.row_config(row, workdir).data.get("start_symbol", True):

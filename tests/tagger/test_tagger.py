@@ -366,6 +366,29 @@ def test_a_model_refuses_a_tagger_other_than_the_one_it_trained_with(random_tagg
                      match=r"is not the one this model trained with .*tagger_fingerprint\.txt"):
     checkpoints.check_tagger(workdir, config.data)
 
+def test_a_moved_workdir_reads_the_tagger_beside_it(random_tagger, tmp_path):
+  """A table's rows keep their tagger beside them: moved (to another machine, another path),
+  a row's saved tagger_dir is found again beside it, the same tagger by its fingerprint; with
+  none there, a one-line error says where to copy it."""
+  before = tmp_path / "before"
+  shutil.copytree(random_tagger, before / "tagger")
+  config = tiny_config.config(model__score="das", model__pos_tags=True,
+                              data__tagger_dir=str(before / "tagger"))
+  checkpoints.write_config_and_vocab(before / "lm", config, data_lib.Vocabulary.build([["a"]]))
+  after = tmp_path / "after"
+  before.rename(after)
+  moved = evaluate._saved_config(after / "lm")
+  assert moved.data.tagger_dir == str(after / "tagger")
+  checkpoints.check_tagger(after / "lm", moved.data)
+  shutil.rmtree(after / "tagger")
+  with pytest.raises(checkpoints.CheckpointError) as missing:
+    evaluate._saved_config(after / "lm")
+  assert str(missing.value) == (
+      f"{after / 'lm' / checkpoints.CONFIG_FILE}'s tagger_dir {before / 'tagger'} is not a "
+      f"directory here, nor is {after / 'tagger'}: copy the tagger the model trained with to "
+      f"{after / 'tagger'}")
+
+
 @pytest.fixture(scope="module")
 def tagged_lm(random_tagger):
   """An untrained DAS LM with POS-tag inputs from `random_tagger`, as a restored model."""

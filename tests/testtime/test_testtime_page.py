@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from attnlm_jax.common import errors
 from attnlm_jax.evaluation import evaluate
 from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import runner
@@ -57,6 +58,15 @@ def test_page_of_a_table(table_dir, monkeypatch):
                       dynamic_window=100)["evaluated"] == ["none"]
   again = json.loads((table_dir / testtime_page.PAGE_JSON).read_text())["rows"][0]["results"]
   assert [p["lambda"] for p in again["cache"]["grid"][:4]] == [0.0, 0.2, 0.0, 0.2]
+  # Other flags are refused while the row keeps results made with these; without them, the
+  # row is evaluated with the others.
+  with pytest.raises(errors.UserError) as refused:
+    testtime_page.run("demo", table_dir, cache_size=100, dynamic_window=100, grid_extensions=0)
+  assert str(refused.value) == (
+      f"{row_file} was made with --cache=100 --dynamic_window=100 --grid_extensions=3, not "
+      "--cache=100 --dynamic_window=100 --grid_extensions=0: give those flags to go on with "
+      "this page, or delete the file to evaluate the row with these")
+  row_file.unlink()
   assert testtime_page.run("demo", table_dir, cache_size=100, dynamic_window=100,
                       grid_extensions=0)["evaluated"] == ["none"]   # the grid alone
   alone = json.loads((table_dir / testtime_page.PAGE_JSON).read_text())["rows"][0]["results"]
@@ -88,7 +98,8 @@ def test_a_rows_cache_over_the_output_layers_states_is_shown_beside_the_page(
     table_dir, tmp_path, monkeypatch):
   monkeypatch.setattr(cache, "THETAS", (0.0, 0.3))
   monkeypatch.setattr(cache, "LAMBDAS", (0.0, 0.1))
-  shutil.copytree(table_dir, tmp_path, dirs_exist_ok=True)
+  shutil.copytree(table_dir, tmp_path, dirs_exist_ok=True,
+                  ignore=shutil.ignore_patterns("testtime*"))
   head = cache.evaluate_split(evaluate.load(tmp_path / "none"), "test", 100, extensions=0,
                               states="head")
   (tmp_path / "none" / testtime_page.HEAD_CACHE_FILE).write_text(json.dumps(head))
@@ -185,14 +196,23 @@ def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, 
   row_file = lambda name: json.loads(
       (tmp_path / name / "none" / testtime_page.ROW_FILE).read_text())
   assert row_file("stopped") == row_file("whole")
+  whole = tmp_path / "whole" / "none"
+  (whole / testtime_page.ROW_FILE).unlink()
   made.clear()
   stop_at[0] = 2
   with pytest.raises(Stopped):
     run("whole", size=50)
   made.clear()
   stop_at[0] = 0
-  run("whole", size=60)   # progress made with another cache size is not taken
+  with pytest.raises(errors.UserError, match=(   # progress made with another cache size
+      f"^{re.escape(str(whole / testtime_page.PROGRESS_FILE))} was made with --cache=50 ")):
+    run("whole", size=60)
+  assert made == [] and len(json.loads(
+      (whole / testtime_page.PROGRESS_FILE).read_text())["entries"]) == 2   # kept
+  (whole / testtime_page.PROGRESS_FILE).unlink()
+  run("whole", size=60)
   assert len(made) == 6
+  (whole / testtime_page.ROW_FILE).unlink()
   made.clear()
   stop_at[0] = 2
   monkeypatch.setattr(dynamic_eval, "STAT_BATCHES", 3)

@@ -7,6 +7,7 @@ devices: the same global batch over the same device count, so the parameters mus
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -174,6 +175,24 @@ def test_processes_read_their_rows_of_each_global_batch():
 def test_incomplete_process_flags_are_refused(args, message):
   with pytest.raises(distributed.DistributedError, match=message):
     distributed.initialize(*args)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.1:port", ":1234", "host:0"])
+def test_an_address_that_is_not_host_and_port_is_refused(address):
+  with pytest.raises(distributed.DistributedError, match=re.escape(
+      f"--coordinator_address={address} is not HOST:PORT: give process 0's host")):
+    distributed.initialize(address, 2, 0)
+
+
+def test_a_coordinator_that_never_answers_is_one_line_not_an_abort(monkeypatch):
+  """A process other than 0 waits for the coordinator; JAX itself would abort the process
+  with a stack trace once its own wait ran out."""
+  monkeypatch.setattr(distributed, "COORDINATOR_WAIT_S", 0.0)
+  port = portpicker.pick_unused_port()   # nothing listens there
+  with pytest.raises(distributed.DistributedError, match=re.escape(
+      f"no coordinator at --coordinator_address=127.0.0.1:{port} after 0 s (Connection "
+      "refused): start process 0, which serves it")):
+    distributed.initialize(f"127.0.0.1:{port}", 2, 1)
 
 
 def test_batch_that_does_not_split_over_processes_is_refused():
