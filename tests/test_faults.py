@@ -16,6 +16,7 @@ from attnlm_jax.data import corpus
 from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import runs
 from attnlm_jax.experiments import testtime_page
+from attnlm_jax.experiments import testtime_rows
 from attnlm_jax.training import checkpoints
 import tiny_config
 
@@ -293,14 +294,14 @@ def test_a_workdir_from_another_machine_reads_this_machines_corpus(copy, tmp_pat
 
 
 @pytest.mark.parametrize("name, text, problem, fix", [
-    (testtime_page.HEAD_CACHE_FILE, "", "Expecting value, line 1",
+    (testtime_rows.HEAD_CACHE_FILE, "", "Expecting value, line 1",
      "make it again with --mode=evaluate --split=test --cache=SIZE --cache_states=head "
      "--workdir={row} > {path}, or delete it"),
-    (testtime_page.HEAD_CACHE_FILE, '{"method": "cache"}\n{"method": "cache"}\n',
+    (testtime_rows.HEAD_CACHE_FILE, '{"method": "cache"}\n{"method": "cache"}\n',
      "Extra data, line 2", "make it again with"),
-    (testtime_page.ROW_FILE, '{\n "step": 5,\n "ca', "Unterminated string starting at, line 3",
+    (testtime_rows.ROW_FILE, '{\n "step": 5,\n "ca', "Unterminated string starting at, line 3",
      "delete it to evaluate the row again"),
-    (testtime_page.PROGRESS_FILE, '{"made_with": {', "Expecting property name enclosed in "
+    (testtime_rows.PROGRESS_FILE, '{"made_with": {', "Expecting property name enclosed in "
      "double quotes, line 1", "delete it: the row's evaluation then starts afresh")],
     ids=["empty", "two_lines", "cut_off_results", "cut_off_progress"])
 def test_a_rows_broken_testtime_file_is_one_line_and_kept(tmp_path, name, text, problem, fix):
@@ -326,11 +327,11 @@ def test_a_stop_while_a_rows_test_time_results_are_written_leaves_no_cut_off_fil
     raise Stopped
 
   monkeypatch.setattr(row_status, "read", lambda row, workdir: {"status": row_status.FINISHED})
-  monkeypatch.setattr(testtime_page, "row_results", lambda *args: {"step": 1, "cache": {}})
+  monkeypatch.setattr(testtime_rows, "row_results", lambda *args: {"step": 1, "cache": {}})
   path_type = type(epath.Path(tmp_path))
   write_text = path_type.write_text
   monkeypatch.setattr(path_type, "write_text", cut_off)
   (tmp_path / "none").mkdir()
   with pytest.raises(Stopped):
     testtime_page.run("demo", tmp_path, rows=["none"])
-  assert not (tmp_path / "none" / testtime_page.ROW_FILE).exists()   # Evaluated again next.
+  assert not (tmp_path / "none" / testtime_rows.ROW_FILE).exists()   # Evaluated again next.

@@ -16,6 +16,7 @@ from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import runner
 from attnlm_jax.experiments import tables
 from attnlm_jax.experiments import testtime_page
+from attnlm_jax.experiments import testtime_rows
 from attnlm_jax.testtime import cache
 from attnlm_jax.testtime import dynamic_eval
 from attnlm_jax.testtime import grid_search
@@ -49,7 +50,7 @@ def test_page_of_a_table(table_dir, monkeypatch):
   assert page["grid_extensions"] == none["grid_extensions"] == grid_search.EXTENSIONS
   assert testtime_page.run("demo", table_dir, cache_size=100,
                       dynamic_window=100)["evaluated"] == []        # reused
-  row_file = table_dir / "none" / testtime_page.ROW_FILE
+  row_file = table_dir / "none" / testtime_rows.ROW_FILE
   row_file.write_text(json.dumps({**json.loads(row_file.read_text()), "step": 1}))
   assert testtime_page.run("demo", table_dir, cache_size=100,
                       dynamic_window=100)["evaluated"] == ["none"]  # another checkpoint
@@ -83,7 +84,7 @@ def test_a_row_that_never_predicts_a_first_word_is_not_applicable(tmp_path, monk
   released_rule = tables.Row("none", "demo.py:score=none",
                              {**demo.rows[0].overrides, "data.start_symbol": False})
   monkeypatch.setitem(tables.TABLES, "demo", dataclasses.replace(demo, rows=(released_rule,)))
-  monkeypatch.setattr(testtime_page, "row_results", tiny_config.must_not_run)
+  monkeypatch.setattr(testtime_rows, "row_results", tiny_config.must_not_run)
   (tmp_path / "none").mkdir()
   shutil.copy(tiny_config.COMMITTED_RESULTS / "ptb_cpu" / "none" / "metrics.jsonl",
               tmp_path / "none")                                 # a finished row's log
@@ -102,8 +103,8 @@ def test_a_rows_cache_over_the_output_layers_states_is_shown_beside_the_page(
                   ignore=shutil.ignore_patterns("testtime*"))
   head = cache.evaluate_split(evaluate.load(tmp_path / "none"), "test", 100, extensions=0,
                               states="head")
-  (tmp_path / "none" / testtime_page.HEAD_CACHE_FILE).write_text(json.dumps(head))
-  monkeypatch.setattr(testtime_page, "row_results", tiny_config.must_not_run)
+  (tmp_path / "none" / testtime_rows.HEAD_CACHE_FILE).write_text(json.dumps(head))
+  monkeypatch.setattr(testtime_rows, "row_results", tiny_config.must_not_run)
   testtime_page.run("demo", tmp_path, rows=["single"], cache_size=100, dynamic_window=100)
   row = json.loads((tmp_path / testtime_page.PAGE_JSON).read_text())["rows"][0]
   best = min(head["grid"], key=lambda point: point["perplexity"])
@@ -115,13 +116,13 @@ def test_a_rows_cache_over_the_output_layers_states_is_shown_beside_the_page(
           f"{number(best['perplexity_paper_convention'])} / "
           f"{number(head['perplexity_paper_convention'])} | {head['cache_theta']:g}, "
           f"{head['cache_lambda']:g} |") in text.splitlines()
-  (tmp_path / "none" / testtime_page.HEAD_CACHE_FILE).write_text(json.dumps({**head,
+  (tmp_path / "none" / testtime_rows.HEAD_CACHE_FILE).write_text(json.dumps({**head,
                                                                         "cache_states": "lstm"}))
   result = tiny_config.run_main("--mode=testtime", "--table=demo", f"--workdir={tmp_path}",
                                 "--rows=single", check=False)
   assert result.returncode == 1
   assert result.stderr.strip().splitlines() == [
-      f"error: {tmp_path / 'none' / testtime_page.HEAD_CACHE_FILE} is not a cache over the output "
+      f"error: {tmp_path / 'none' / testtime_rows.HEAD_CACHE_FILE} is not a cache over the output "
       "layer's h'_t: make it with --mode=evaluate --split=test --cache=SIZE "
       "--cache_states=head"]
 
@@ -153,7 +154,7 @@ def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, 
                                              dynamic_window=100, grid_extensions=0)
   with pytest.raises(Stopped):  # in SGD's pass over test, after its two over valid
     run("stopped")
-  progress = tmp_path / "stopped" / "none" / testtime_page.PROGRESS_FILE
+  progress = tmp_path / "stopped" / "none" / testtime_rows.PROGRESS_FILE
   entries = json.loads(progress.read_text())["entries"]
   assert sorted(entries) == ["cache", "valid dynamic_sgd lr 0.1 decay 0.0",
                              "valid dynamic_sgd lr 0.3 decay 0.0"]
@@ -194,10 +195,10 @@ def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, 
   run("whole")
   assert len(made) == 6
   row_file = lambda name: json.loads(
-      (tmp_path / name / "none" / testtime_page.ROW_FILE).read_text())
+      (tmp_path / name / "none" / testtime_rows.ROW_FILE).read_text())
   assert row_file("stopped") == row_file("whole")
   whole = tmp_path / "whole" / "none"
-  (whole / testtime_page.ROW_FILE).unlink()
+  (whole / testtime_rows.ROW_FILE).unlink()
   made.clear()
   stop_at[0] = 2
   with pytest.raises(Stopped):
@@ -205,14 +206,14 @@ def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, 
   made.clear()
   stop_at[0] = 0
   with pytest.raises(errors.UserError, match=(   # progress made with another cache size
-      f"^{re.escape(str(whole / testtime_page.PROGRESS_FILE))} was made with --cache=50 ")):
+      f"^{re.escape(str(whole / testtime_rows.PROGRESS_FILE))} was made with --cache=50 ")):
     run("whole", size=60)
   assert made == [] and len(json.loads(
-      (whole / testtime_page.PROGRESS_FILE).read_text())["entries"]) == 2   # kept
-  (whole / testtime_page.PROGRESS_FILE).unlink()
+      (whole / testtime_rows.PROGRESS_FILE).read_text())["entries"]) == 2   # kept
+  (whole / testtime_rows.PROGRESS_FILE).unlink()
   run("whole", size=60)
   assert len(made) == 6
-  (whole / testtime_page.ROW_FILE).unlink()
+  (whole / testtime_rows.ROW_FILE).unlink()
   made.clear()
   stop_at[0] = 2
   monkeypatch.setattr(dynamic_eval, "STAT_BATCHES", 3)
@@ -315,7 +316,7 @@ def test_committed_testtime_pages_are_what_the_command_writes_from_the_committed
   rewritten = tmp_path / "runs" / table
   shutil.copytree(committed, rewritten)
   monkeypatch.chdir(tmp_path)
-  monkeypatch.setattr(testtime_page, "row_results", tiny_config.must_not_run)
+  monkeypatch.setattr(testtime_rows, "row_results", tiny_config.must_not_run)
   page = json.loads((committed / testtime_page.PAGE_JSON).read_text())
   rows = re.search(r"--rows=(\S+)", page["command"])
   testtime_page.run(table, rewritten, rows=rows.group(1) if rows else (),
