@@ -12,6 +12,9 @@ import sys
 import pytest
 
 from attnlm_jax.common import provenance
+from attnlm_jax.evaluation import analysis
+from attnlm_jax.evaluation import evaluate
+from attnlm_jax.evaluation import probes
 import tiny_config
 
 
@@ -393,10 +396,13 @@ def test_analyze_writes_heatmap_entropy_and_probe_files(workdir, tmp_path):
   assert weights["weights"] and summary["probe"]
   for row in weights["weights"]:          # each predicted word's weights over its slots
     assert sum(w for w in row if w is not None) == pytest.approx(1.0, abs=1e-4)
-  entropy = summary["entropy"][label]     # attention is never flatter than uniform
-  assert 0 <= entropy["entropy"] <= entropy["uniform_entropy"]
-  for accuracies in summary["probe"].values():
-    assert 0 <= accuracies[label] <= 1
+  # The printed summary is the library's on the workdir's model.
+  model = evaluate.load(workdir)
+  effect = analysis.smoothing_effect(model, "valid")
+  for key in ("entropy", "uniform_entropy", "entropy_ratio", "kl"):
+    assert summary["entropy"][label][key] == pytest.approx(effect[key], rel=1e-5), key
+  assert summary["probe"] == {name: {label: probes.probe(model, items)["accuracy"]}
+                              for name, items in probes.read_probes().items()}
 
 
 def test_pages_only_rewrites_a_table_in_training_and_trains_nothing(tmp_path):

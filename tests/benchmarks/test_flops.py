@@ -34,7 +34,7 @@ def test_useful_flops_matches_xla_cost_analysis(score, train_step):
   fn = jax.grad(loss) if train_step else loss
   xla = jax.jit(fn).lower(params).cost_analysis()["flops"]
   ours = flops.useful_flops(config, np.asarray(lengths), train_step)
-  assert ours == pytest.approx(xla, rel=0.04)
+  assert 0.97 * xla <= ours < xla   # XLA's count adds the elementwise work to ours
 
 
 def test_step_parts_split_the_useful_flops():

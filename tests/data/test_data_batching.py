@@ -183,8 +183,13 @@ def test_document_span_packs_consecutive_sentences_of_one_article(wiki_dir):
       multi += len(ends) > 1
   assert sorted(seen) == sorted(order)
   assert multi > 0
-  train = list(data.train_iterator(0))
-  assert sum(int(b["lengths"].sum()) for b in train) <= len(data.split("train").tokens)
+  # Training feeds each packed unit once (cut at MAX_LEN), some of several sentences.
+  tokens = data.split("train").tokens
+  units = collections.Counter(tuple(tokens[start:start + min(length, MAX_LEN)].tolist())
+                              for start, length in zip(*data.units("train")))
+  fed = collections.Counter(row for batch in data.train_iterator(0) for row in _rows(batch))
+  assert fed == units
+  assert sum(row.count(EOS_ID) > 1 for row in fed) > 0
 
 
 def test_grain_iterator_resumes_on_the_exact_next_batch(ptb_dir):

@@ -187,10 +187,13 @@ def test_accuracy_at_one_word_counts_only_that_word(random_tagger):
   assert tagger_model.accuracy_of(predicted, sentences) == pytest.approx(2 / 3)
   assert tagger_model.accuracy_of(predicted, sentences, only="a") == 1.0
   assert tagger_model.accuracy_of(predicted, sentences, only="b") == 0.0
-  tagger = tagging.load(random_tagger)           # `accuracy` scores the tagger's own tags
-  tagged = [(("a", "b", "a"), (tagger.tags[2],) * 3)]
-  assert tagger_model.accuracy(tagger, tagged, only="a") == tagger_model.accuracy_of(
-      tagger_model.tag(tagger, [("a", "b", "a")]), tagged, only="a")
+  tagger = tagging.load(random_tagger)           # `accuracy` scores the tagger's own tags:
+  own = tagger_model.tag(tagger, [("a", "b", "a")])[0]
+  other = lambda tag: next(t for t in tagger.tags if t != tag)
+  tagged = [(("a", "b", "a"), (own[0], other(own[1]), other(own[2])))]  # right at the first
+  assert tagger_model.accuracy(tagger, tagged) == pytest.approx(1 / 3)
+  assert tagger_model.accuracy(tagger, tagged, only="a") == 0.5
+  assert tagger_model.accuracy(tagger, tagged, only="b") == 0.0
   assert tagger_model.accuracy(tagger, tagged, only="zzz") is None
 
 

@@ -156,15 +156,20 @@ def test_two_process_checkpoints_restore_in_one_process(runs):
 def test_processes_read_their_rows_of_each_global_batch():
   config = tiny_config.config(data__batch_size=400, data__bucket=True)
   data = pipeline.load(config.data)
+  batches = 0
   for whole, *parts in zip(data.train_iterator(1), data.train_iterator(1, 0, 2),
-                           data.train_iterator(1, 1, 2)):
+                           data.train_iterator(1, 1, 2), strict=True):
+    batches += 1
     for key in whole:
       np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), whole[key])
+  assert batches == data.num_train_batches() > 1
   for whole, *parts in zip(data.eval_batches("valid", 1000),
-                           *[data.eval_batches("valid", 1000, i, 4) for i in range(4)]):
+                           *[data.eval_batches("valid", 1000, i, 4) for i in range(4)],
+                           strict=True):
     assert all(p["inputs"].shape == (250, whole["inputs"].shape[1]) for p in parts)
-    np.testing.assert_array_equal(np.concatenate([p["targets"] for p in parts]),
-                                  whole["targets"])
+    assert parts[0].keys() == whole.keys()
+    for key in whole:
+      np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), whole[key])
 
 
 @pytest.mark.parametrize("args, message", [
