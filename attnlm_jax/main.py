@@ -11,7 +11,6 @@ number (rerunning resumes). The other modes and flags: `--helpfull`, and the REA
 """
 
 import os
-import re
 import sys
 
 from absl import app
@@ -19,6 +18,7 @@ from absl import flags
 from etils import epath
 from ml_collections import config_flags
 
+from attnlm_jax.common import config_files
 from attnlm_jax.common import errors
 from attnlm_jax.common import json_io
 from attnlm_jax.common import logging_utils
@@ -153,69 +153,14 @@ def _fail(message: str) -> None:
 
 def _parse_flags(argv: list[str]) -> list[str]:
   """Parses the flags and loads the --config file; a bad flag, config file or override is a
-  one-line error."""
+  one-line error (`config_files.load_error`)."""
   try:
     rest = FLAGS(argv)
     if FLAGS["config"].value is not None:
       FLAGS.config.get("seed")  # A file that failed to load raises on first access.
     return rest
-  except OSError as e:  # A missing or unreadable config file.
-    _fail(f"cannot load {_config_flag(argv)}: {e.__cause__ or e}")
-  except flags.Error as e:
-    # A config file that raised: keep the exception's own last line, not its traceback.
-    message = str(e)
-    if "Traceback" in message:
-      message = f"{message.split(': ')[0]}: {message.strip().splitlines()[-1]}"
-    _fail(_plain_type_error(message))
-  except (SyntaxError, NameError, ImportError) as e:  # a file that is not a Python config
-    _fail(f"cannot read {_config_flag(argv)} as a Python config file ({type(e).__name__}: "
-          f"{e}): pass one of configs/*.py")
-  except (AttributeError, KeyError) as e:
-    if "get_config" in str(e):
-      _fail(f"{_config_flag(argv)} has no get_config(): pass one of configs/*.py")
-    _fail(_unknown_config_key(str(e), argv))
-  except (TypeError, ValueError) as e:
-    _fail(f"bad --config: {e}")
-
-
-def _config_flag(argv: list[str]) -> str:
-  """The last `--config=FILE` (or `--config FILE`) of `argv`, the one parsed, as --config=FILE."""
-  given = [value.partition("=")[2] if value.startswith("--config=") else following
-           for value, following in zip(argv[1:], argv[2:] + [""])
-           if value.startswith("--config=") or value == "--config"]
-  return f"--config={given[-1]}"
-
-
-# Python's words for a config override of the wrong type -> what the field expects.
-_TYPE_ERRORS = ((r"invalid literal for int\(\) with base 10: (.*)", r"\1 is not an integer"),
-                (r"could not convert string to float: (.*)", r"\1 is not a number"),
-                (r"\('Non-boolean argument to boolean flag', (.*)\)",
-                 r"\1 is not true or false"))
-
-
-def _plain_type_error(message: str) -> str:
-  """A flag error with Python's wording of a wrong type put as what the field expects."""
-  for pattern, plain in _TYPE_ERRORS:
-    message = re.sub(pattern, plain, message)
-  return message
-
-
-def _unknown_config_key(message: str, argv: list[str]) -> str:
-  """The error for a --config.A.B override that names no field. `message` is ml_collections':
-  the missing field's name in quotes, then 'Did you mean "NEAR"' when one is near."""
-  missing, _, hint = message.partition("Did you mean")
-  overrides = [a.split("=")[0].removeprefix("--config.").split(".")
-               for a in argv[1:] if a.startswith("--config.")]
-  for fields in overrides:
-    for i, field in enumerate(fields):
-      if re.search(rf"\b{re.escape(field)}\b", missing):
-        near = re.match(r'\s*"(\w+)"', hint)
-        name = "--config." + ".".join(fields)
-        if near is None:
-          return f"unknown config key {name}: the config file lists the valid keys"
-        fix = "--config." + ".".join([*fields[:i], near.group(1), *fields[i + 1:]])
-        return f"unknown config key {name}: did you mean {fix}?"
-  return f"unknown config key in {' '.join(argv[1:])}: the config file lists the valid keys"
+  except config_files.LOAD_ERRORS as e:
+    _fail(config_files.load_error(e, argv))
 
 
 def _resolve_paths() -> None:
