@@ -15,7 +15,9 @@
 # SIGTERM or SIGINT to the lane is passed on to the command's whole process group (training
 # saves its step on it; a group frozen by launch/pause.sh is resumed to do so), and the lane
 # waits until every process of the group has finished saving. The line removed when a command
-# ends is the one that ran, wherever it stands in the queue by then.
+# ends is the one that ran, wherever it stands in the queue by then. The lane rewrites the queue
+# holding RUN_DIR/queue.lock; edit it under the same lock while the lane runs, so that no edit
+# is lost: flock RUN_DIR/queue.lock -c 'echo "COMMAND" >> RUN_DIR/queue'
 set -u
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -73,8 +75,11 @@ while line=$(head -n 1 "$queue") && [ -n "$line" ]; do
   else
     failures=0
   fi
-  LINE=$line awk '!done && $0 == ENVIRON["LINE"] { done = 1; next } 1' "$queue" > "$queue.tmp" \
-    && mv "$queue.tmp" "$queue"
+  (
+    flock 9
+    LINE=$line awk '!done && $0 == ENVIRON["LINE"] { done = 1; next } 1' "$queue" > "$queue.tmp" \
+      && mv "$queue.tmp" "$queue"
+  ) 9> "$queue.lock"
   if [ "$failures" -ge 2 ]; then
     log "stopped: two commands in a row failed (is the environment the rows train in active?); their lines are in $queue.failed"
     echo "error: two commands in a row failed; their lines are in $queue.failed (is the rows' environment, e.g. .venv, active?)" >&2

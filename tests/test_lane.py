@@ -115,6 +115,22 @@ def test_the_line_removed_is_the_one_that_ran_when_the_queue_changed_meanwhile(t
       f"start: {reorder}", "start: echo first >> order", "start: echo last >> order"]
 
 
+def test_the_lane_removes_a_line_only_when_it_holds_the_queue_lock(tmp_path):
+  """An edit made under RUN_DIR/queue.lock cannot fall between the lane's read of the queue
+  and its write: the lane waits for the lock."""
+  _write_queue(tmp_path, "touch ran", "echo next >> order")
+  holder = subprocess.Popen(
+      ["flock", "queue.lock", "-c", "touch locked; while [ ! -e ran ]; do sleep 0.05; done; "
+       "sleep 1; head -n 1 queue > seen; echo 'echo appended >> order' >> queue"],
+      cwd=tmp_path)
+  _wait_for(tmp_path / "locked")
+  result = subprocess.run(["bash", str(LANE), str(tmp_path), str(tmp_path)], timeout=30)
+  assert holder.wait(timeout=30) == 0 and result.returncode == 0
+  assert (tmp_path / "seen").read_text() == "touch ran\n"   # not removed while locked
+  assert (tmp_path / "order").read_text().splitlines() == ["next", "appended"]
+  assert _queue(tmp_path) == []
+
+
 def test_a_paused_row_still_saves_when_the_lane_is_stopped(tmp_path):
   saving = ("trap 'sleep 0.5; echo saved > saved; exit 143' TERM; touch started; "
             "while true; do sleep 0.1; done")
