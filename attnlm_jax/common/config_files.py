@@ -41,7 +41,7 @@ def load_error(error: Exception, argv: list[str]) -> str:
   not its traceback), one that is not a Python config or has no get_config(), an override of
   the wrong type or of a field the config does not have."""
   if isinstance(error, OSError):
-    return f"cannot load {config_flag(argv)}: {error.__cause__ or error}"
+    return f"cannot load {_config_flag(argv)}: {error.__cause__ or error}"
   if isinstance(error, flags.Error):
     message = str(error)
     if "Traceback" in message:
@@ -50,16 +50,16 @@ def load_error(error: Exception, argv: list[str]) -> str:
       message = re.sub(pattern, plain, message)
     return message
   if isinstance(error, (SyntaxError, NameError, ImportError)):
-    return (f"cannot read {config_flag(argv)} as a Python config file "
+    return (f"cannot read {_config_flag(argv)} as a Python config file "
             f"({type(error).__name__}: {error}): pass one of configs/*.py")
   if isinstance(error, (AttributeError, KeyError)):
     if "get_config" in str(error):
-      return f"{config_flag(argv)} has no get_config(): pass one of configs/*.py"
+      return f"{_config_flag(argv)} has no get_config(): pass one of configs/*.py"
     return _unknown_config_key(str(error), argv)
   return f"bad --config: {error}"
 
 
-def config_flag(argv: list[str]) -> str:
+def _config_flag(argv: list[str]) -> str:
   """The last `--config=FILE` (or `--config FILE`) of `argv`, the one parsed, as --config=FILE."""
   given = [value.partition("=")[2] if value.startswith("--config=") else following
            for value, following in zip(argv[1:], argv[2:] + [""])
