@@ -76,7 +76,7 @@ while line=$(head -n 1 "$queue") && [ -n "$line" ]; do
     failures=0
   fi
   (
-    flock 9
+    flock 9 || log "warning: flock failed: the queue is rewritten without its lock"
     LINE=$line awk '!done && $0 == ENVIRON["LINE"] { done = 1; next } 1' "$queue" > "$queue.tmp" \
       && mv "$queue.tmp" "$queue"
   ) 9> "$queue.lock"

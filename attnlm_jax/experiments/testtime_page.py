@@ -227,6 +227,10 @@ def run(table: str, workdir, rows: Sequence[str] = (), cache_size: int = CACHE_S
   Returns:
     {"table", "workdir", "files", "evaluated" (the rows evaluated now), "rows": {name:
      status}}.
+
+  Raises:
+    UserError: a row keeps results or progress made with other `cache_size`,
+      `dynamic_window` or `grid_extensions` (`testtime_rows.check_flags`).
   """
   cache.check(cache_size, None, None)
   rows = tables.row_names(rows)

@@ -115,7 +115,7 @@ def _read_row_file(row_dir: epath.Path) -> Optional[dict]:
 
 
 def saved_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
-           grid_extensions: int) -> Optional[dict]:
+                  grid_extensions: int) -> Optional[dict]:
   """The row's saved results when made with these settings (`settings`) from the checkpoint
   the row has now (when it has checkpoints: a committed page's rows keep none), else None."""
   saved = _read_row_file(row_dir)
@@ -131,17 +131,20 @@ def _flags_text(values: dict) -> str:
 def check_flags(row_dirs: Sequence[epath.Path], cache_size: int, dynamic_window: int,
                 grid_extensions: int) -> None:
   """UserError when a row keeps results (ROW_FILE) or progress (PROGRESS_FILE) made with
-  other test-time flags (FLAG_NAMES): evaluating with these would replace hours of
-  evaluation, and the page would list the rows it leaves as not evaluated. A saved result
-  without `grid_extensions` was made with none (`settings`)."""
+  other test-time flags (FLAG_NAMES) from the checkpoint it evaluates now: evaluating with
+  these would replace hours of evaluation, and the page would list the rows it leaves as not
+  evaluated. Files of another checkpoint are made again whatever the flags, and pass. A saved
+  result without `grid_extensions` was made with none (`settings`)."""
   wanted = {"cache_size": cache_size, "dynamic_window": dynamic_window,
             "grid_extensions": grid_extensions}
   for row_dir in row_dirs:
     for path, made_with in ((row_dir / ROW_FILE, _read_row_file(row_dir)),
                             (row_dir / PROGRESS_FILE, PartialResults.read(
                                 row_dir / PROGRESS_FILE)[0])):
-      found = made_with and {key: made_with.get(key, 0) for key in FLAG_NAMES}
-      if found and found != wanted:
+      if not made_with or not _of_evaluated_step(made_with, row_dir):
+        continue
+      found = {key: made_with.get(key, 0) for key in FLAG_NAMES}
+      if found != wanted:
         raise errors.UserError(
             f"{path} was made with {_flags_text(found)}, not {_flags_text(wanted)}: give "
             "those flags to go on with this page, or delete the file to evaluate the row "
@@ -165,7 +168,7 @@ def _same_settings(saved: dict, cache_size: int, dynamic_window: int,
 
 
 def in_progress(row_dir: epath.Path, cache_size: int, dynamic_window: int,
-                 grid_extensions: int) -> Optional[dict]:
+                grid_extensions: int) -> Optional[dict]:
   """What the row's progress file holds when its evaluation would go on from it
   (`PartialResults.would_resume`: made with these settings and, where the row has
   checkpoints, its evaluated step): {**its "made_with", "cache": the cache's result (once
@@ -181,8 +184,8 @@ def in_progress(row_dir: epath.Path, cache_size: int, dynamic_window: int,
 
 def head_cache(row_dir: epath.Path) -> Optional[dict]:
   """The row's cache over h'_t (HEAD_CACHE_FILE) without its grid, with the valid
-  perplexities of its chosen point (`valid_perplexity`, `valid_perplexity_paper_convention`);
-  None when the row has none."""
+  perplexities of its chosen point under each rule (keys "valid_" + a key of RULES, by
+  `valid_perplexity`); None when the row has none."""
   path = row_dir / HEAD_CACHE_FILE
   if not path.exists():
     return None

@@ -369,6 +369,7 @@ def test_a_model_refuses_a_tagger_other_than_the_one_it_trained_with(random_tagg
                      match=r"is not the one this model trained with .*tagger_fingerprint\.txt"):
     checkpoints.check_tagger(workdir, config.data)
 
+
 def test_a_moved_workdir_reads_the_tagger_beside_it(random_tagger, tmp_path):
   """A table's rows keep their tagger beside them: moved (to another machine, another path),
   a row's saved tagger_dir is found again beside it, the same tagger by its fingerprint; with

@@ -208,9 +208,14 @@ def test_a_row_stopped_part_way_goes_on_from_its_last_pass(table_dir, tmp_path, 
   with pytest.raises(errors.UserError, match=(   # progress made with another cache size
       f"^{re.escape(str(whole / testtime_rows.PROGRESS_FILE))} was made with --cache=50 ")):
     run("whole", size=60)
-  assert made == [] and len(json.loads(
-      (whole / testtime_rows.PROGRESS_FILE).read_text())["entries"]) == 2   # kept
-  (whole / testtime_rows.PROGRESS_FILE).unlink()
+  progress = whole / testtime_rows.PROGRESS_FILE
+  assert made == [] and len(json.loads(progress.read_text())["entries"]) == 2   # kept
+  assert testtime_rows.in_progress(whole, 50, 100, 0)["passes"] == 1   # it goes on with its
+  assert testtime_rows.in_progress(whole, 60, 100, 0) is None          # flags, not others
+  # Made from another checkpoint, the progress is made again whatever the flags: no refusal.
+  stale = json.loads(progress.read_text())
+  stale["made_with"]["step"] = -1
+  progress.write_text(json.dumps(stale))
   run("whole", size=60)
   assert len(made) == 6
   (whole / testtime_rows.ROW_FILE).unlink()
@@ -309,9 +314,10 @@ def test_cli_refuses_the_cache_with_dynamic_evaluation(table_dir):
 def test_committed_testtime_pages_are_what_the_command_writes_from_the_committed_files(
     table, tmp_path, monkeypatch):
   """docs/results/<table>/testtime.md: rewritten from the rows' logs and their saved
-  testtime_page.json alone (no checkpoint), the command gives the committed rows and tables; and
-  each saved result was computed on the row's own trained model (its cache without weight,
-  lambda = 0, gives the row's valid perplexity, and the model alone its test perplexity)."""
+  `testtime.json` files alone (`testtime_rows.ROW_FILE`, no checkpoint), the command gives the
+  committed rows and tables; and each saved result was computed on the row's own trained
+  model (its cache without weight, lambda = 0, gives the row's valid perplexity, and the model
+  alone its test perplexity)."""
   committed = tiny_config.COMMITTED_RESULTS / table
   rewritten = tmp_path / "runs" / table
   shutil.copytree(committed, rewritten)
