@@ -1,7 +1,7 @@
 """Markdown for the pages: table cells and tables."""
 
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 
 NOT_APPLICABLE = "n/a"  # A number a row cannot have (`standard_perplexity`).
@@ -15,6 +15,18 @@ def format_number(value) -> str:
   if isinstance(value, float):
     return f"{value:.1f}" if math.isfinite(value) else "diverged"
   return str(value)
+
+
+def count(value: Optional[int]) -> str:
+  """A count with thousands separators, "-" for None."""
+  return "-" if value is None else f"{value:,}"
+
+
+def difference_cell(difference: Optional[dict]) -> str:
+  """"+1.2 (+1.7%)" (a row's test number against the printed one), or "-"."""
+  if not difference:
+    return "-"
+  return f"{difference['difference']:+.1f} ({difference['percent']:+.1f}%)"
 
 
 def standard_perplexity(record: dict, value) -> str:

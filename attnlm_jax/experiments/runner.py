@@ -282,10 +282,10 @@ def format_plan(name: str, workdir: epath.Path, plan: Sequence[dict]) -> str:
   """The plan as an aligned text table and each row's command."""
   headers = ("row", "kind", "epochs", "tokens/epoch", "total tokens", "params", "status",
              "printed valid / test")
-  lines = [(p["name"], p["kind"], table_page.count(p["epochs"]),
+  lines = [(p["name"], p["kind"], markdown.count(p["epochs"]),
             CORPUS_NOT_FOUND if p["note"].startswith(CORPUS_NOT_FOUND)
-            else table_page.count(p["tokens_per_epoch"]),
-            table_page.count(p["total_tokens"]), table_page.count(p["params"]), p["status"],
+            else markdown.count(p["tokens_per_epoch"]),
+            markdown.count(p["total_tokens"]), markdown.count(p["params"]), p["status"],
             p["printed"])
            for p in plan]
   widths = [max(len(line[i]) for line in [headers, *lines]) for i in range(len(headers))]

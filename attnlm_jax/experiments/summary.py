@@ -22,7 +22,6 @@ from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import printed
 from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import seeds
-from attnlm_jax.experiments import table_page
 from attnlm_jax.experiments import tables
 
 RESULTS_DIR = "docs/results"
@@ -79,7 +78,7 @@ def _line(table: dict, runs: Sequence[dict], link: str, committed: pathlib.Path,
           per_run(lambda run: markdown.perplexity_cell(run, "test_perplexity_paper_convention")),
           f"{markdown.format_number(paper['test'])} ({_rule(paper['convention'])})"
           if paper else "-",
-          per_run(lambda run: table_page.difference_cell(
+          per_run(lambda run: markdown.difference_cell(
               (run.get("differences") or {}).get("test"))) if paper else "-",
           judged]
 

@@ -6,24 +6,12 @@ row statuses below are the words both use.
 """
 
 import collections
-from typing import Optional, Sequence
+from typing import Sequence
 
 from attnlm_jax.experiments import markdown
 from attnlm_jax.experiments import row_status
 from attnlm_jax.experiments import runs
 
-
-
-def count(value: Optional[int]) -> str:
-  """A count with thousands separators, "-" for None."""
-  return "-" if value is None else f"{value:,}"
-
-
-def difference_cell(difference: Optional[dict]) -> str:
-  """"+1.2 (+1.7%)", or "-"."""
-  if not difference:
-    return "-"
-  return f"{difference['difference']:+.1f} ({difference['percent']:+.1f}%)"
 
 
 def _is_running(record: dict) -> bool:
@@ -47,7 +35,8 @@ def _markdown_cells(record: dict) -> list[str]:
     epochs = f"{record['status']} (epoch {record['epochs_run'] + 1})"
   elif _is_running(record):
     best = f" (best {record['best_epoch']})" if record["best_epoch"] else ""
-    epochs = f"{row_status.RUNNING}: {record['epochs_run']} of {count(record['num_epochs'])}{best}"
+    epochs = (f"{row_status.RUNNING}: {record['epochs_run']} of "
+              f"{markdown.count(record['num_epochs'])}{best}")
     so_far = record["best_valid_perplexity"]
     if so_far is not None and record.get("every_token_predicted") is not False:
       perplexities[0] = f"{number(so_far)} (so far)"
@@ -61,10 +50,11 @@ def _markdown_cells(record: dict) -> list[str]:
   else:
     epochs = f"{record['epochs_run']} ({record['best_epoch']})"
   paper, differences = record["paper"], record["differences"] or {}
-  return [record["name"], record["model"], count(record["params"]), epochs, *perplexities,
+  return [record["name"], record["model"], markdown.count(record["params"]), epochs,
+          *perplexities,
           markdown.valid_test_cell(paper["valid"], paper["test"]) if paper else "-",
           f"{paper['paper']}, {paper['convention']}" if paper else "-",
-          difference_cell(differences.get("valid")), difference_cell(differences.get("test"))]
+          *(markdown.difference_cell(differences.get(split)) for split in ("valid", "test"))]
 
 
 def _tagger_note(record: dict) -> str:
@@ -97,7 +87,7 @@ def _untested_best_note(record: dict) -> str:
 def _running_note(record: dict) -> str:
   """results.md's note on a running row: epochs done, best so far, last epoch's time."""
   note = (f"- `{record['name']}` is still training: {record['epochs_run']} of "
-          f"{count(record['num_epochs'])} epochs done")
+          f"{markdown.count(record['num_epochs'])} epochs done")
   if record["best_valid_perplexity"] is not None:
     note += (f", best valid perplexity so far "
              f"{markdown.format_number(record['best_valid_perplexity'])} "
