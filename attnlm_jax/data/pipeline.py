@@ -64,7 +64,7 @@ def encode_split(text: SplitText, vocab: Vocabulary) -> EncodedSplit:
                       lines=text.lines)
 
 
-def make_batch(data: EncodedSplit, starts: np.ndarray, lengths: np.ndarray,
+def split_batch(data: EncodedSplit, starts: np.ndarray, lengths: np.ndarray,
                width: int, start_symbol: bool = True) -> dict[str, np.ndarray]:
   """`batching.make_batch` over the split's tokens, plus "tags" [B, T] when it is tagged:
   the tag of each input token (the <eos> tag at the start position), laid out as "inputs"."""
@@ -103,8 +103,8 @@ def eval_batches(data: EncodedSplit, units: tuple[np.ndarray, np.ndarray], batch
   for rows in batching.eval_plan(lengths, batch_size):
     row_lengths = batching.row_lengths(rows, lengths)
     mine = process_rows(len(rows), process_index, process_count)
-    yield rows[mine], make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine],
-                                 int(row_lengths.max()), start_symbol)
+    yield rows[mine], split_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine],
+                                  int(row_lengths.max()), start_symbol)
 
 
 def _check_config(config: ml_collections.ConfigDict) -> None:
@@ -290,8 +290,8 @@ class LMData:
 
     def window(index: int) -> dict[str, np.ndarray]:
       offset = index * width
-      return make_batch(data, starts[mine] + offset,
-                        np.clip(lengths[mine] - offset, 0, width), width, start_symbol=False)
+      return split_batch(data, starts[mine] + offset,
+                         np.clip(lengths[mine] - offset, 0, width), width, start_symbol=False)
 
     return grain.MapDataset.range(self.num_windows(split, batch_size)).map(window)
 
@@ -322,8 +322,8 @@ class LMData:
       row_lengths = batching.row_lengths(rows, lengths, self.config.max_len)
       width = int(self._train_width(row_lengths.max()))
       mine = process_rows(len(rows), process_index, process_count)
-      return make_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine], width,
-                        self.start_symbol)
+      return split_batch(data, starts[np.maximum(rows[mine], 0)], row_lengths[mine], width,
+                         self.start_symbol)
 
     dataset = grain.MapDataset.source(list(self.train_plan(epoch))).map(collate)
     return iter(dataset.to_iter_dataset(options))

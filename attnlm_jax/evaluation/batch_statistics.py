@@ -56,7 +56,7 @@ def _score(model: evaluate.TrainedModel, batch: Mapping[str, np.ndarray], statis
 
 def token_nll(model: evaluate.TrainedModel, batch: Mapping[str, np.ndarray],
               statistics: str) -> np.ndarray:
-  """-log p(target) [B, T] of one batch (`pipeline.make_batch`'s keys), 0 at padding, with the
+  """-log p(target) [B, T] of one batch (`pipeline.split_batch`'s keys), 0 at padding, with the
   batch norm on `statistics` ("running" or "batch")."""
   return np.asarray(_score(model, batch, statistics)[0])
 

@@ -27,13 +27,13 @@ def model_key(model_config) -> str:
 
 
 # The place of an epoch that trained partly in one place and partly in another.
-SPLIT = "split between two places"
+TWO_PLACES = "split between two places"
 
 
 def _seconds_by_epoch(records: Sequence[dict]) -> dict[int, tuple[Optional[str], float]]:
   """{epoch: (place, training seconds)} of each validated epoch whose seconds the log gives:
   the difference of its cumulative `train_seconds` and the epoch before's (the last record of
-  each epoch, as in the curve), with the place (`ran_on`) it trained in; `SPLIT` for an
+  each epoch, as in the curve), with the place (`ran_on`) it trained in; `TWO_PLACES` for an
   epoch split between two places (resumed mid-epoch elsewhere), whose time is neither's."""
   place, places, last_end_step, ends = None, set(), 0, {}
   for record in records:
@@ -43,7 +43,7 @@ def _seconds_by_epoch(records: Sequence[dict]) -> dict[int, tuple[Optional[str],
         places = set()
       places.add(place)
     elif "valid_perplexity" in record:
-      ends[record["epoch"]] = (place if len(places) == 1 else SPLIT,
+      ends[record["epoch"]] = (place if len(places) == 1 else TWO_PLACES,
                                record.get("train_seconds"))
       places, last_end_step = {place}, record["step"]
   seconds = {}
@@ -61,7 +61,7 @@ def _epoch_seconds(seconds_by_epoch: Mapping[int, tuple[Optional[str], float]],
   epochs of an unknown place or split between two left out)."""
   seconds = {}
   for where, value in seconds_by_epoch.values():
-    if where not in (None, SPLIT):
+    if where not in (None, TWO_PLACES):
       seconds.setdefault(where, []).append(value)
   return {where: statistic(values) for where, values in seconds.items()}
 
@@ -145,7 +145,8 @@ def read_run(workdir) -> dict:
           "num_epochs": train.get("num_epochs"), "patience": train.get("patience"),
           "valid_curve": curve,
           "epochs_run": len(curve), "best_valid_perplexity": best[1],
-          "last_epoch_seconds": last_epoch[1] if last_epoch and last_epoch[0] != SPLIT else None,
+          "last_epoch_seconds": (last_epoch[1] if last_epoch and last_epoch[0] != TWO_PLACES
+                                 else None),
           "ran_on": list(dict.fromkeys(filter(None, map(ran_on, starts)))),
           "epoch_seconds": _epoch_seconds(seconds_by_epoch, statistics.median),
           "fastest_epoch_seconds": _epoch_seconds(seconds_by_epoch, min),

@@ -25,7 +25,7 @@ METHODS = ("cache", "dynamic_sgd", "dynamic_rms")   # The methods, by their keys
 RULES = {"perplexity": "every token predicted",
          "perplexity_paper_convention": "the released code's rule: a sentence's first word "
                                         "not predicted but counted"}
-SPLIT = "test"                              # The split a method is scored on.
+SCORED_SPLIT = "test"                       # The split a method is scored on.
 # The command line's test-time flags, by their keys in `settings`.
 FLAG_NAMES = {"cache_size": "--cache", "dynamic_window": "--dynamic_window",
               "grid_extensions": "--grid_extensions"}
@@ -92,16 +92,17 @@ def row_results(row_dir: epath.Path, cache_size: int, dynamic_window: int,
   made_with = {**settings(cache_size, dynamic_window, grid_extensions), "step": model.step}
   progress = PartialResults(row_dir / PROGRESS_FILE, made_with)
   if "cache" not in progress:
-    progress["cache"] = cache.evaluate_split(model, SPLIT, cache_size,
+    progress["cache"] = cache.evaluate_split(model, SCORED_SPLIT, cache_size,
                                              extensions=grid_extensions)
   found = {**made_with, "cache": progress["cache"]}
   for rule in dynamic_eval.METHODS:
     found[f"dynamic_{rule}"] = dynamic_eval.evaluate_split(
-        model, SPLIT, rule, window=dynamic_window, extensions=grid_extensions,
+        model, SCORED_SPLIT, rule, window=dynamic_window, extensions=grid_extensions,
         passes=progress)
   for method in METHODS:
     logging.info("testtime: %s, %s: %s perplexity %.2f (the model alone %.2f)", row_dir.name,
-                 method, SPLIT, found[method]["perplexity"], found[method]["model_perplexity"])
+                 method, SCORED_SPLIT, found[method]["perplexity"],
+                 found[method]["model_perplexity"])
   return found
 
 

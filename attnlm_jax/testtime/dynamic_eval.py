@@ -130,7 +130,7 @@ def unit_windows(stream: pipeline.EncodedSplit, units: tuple[np.ndarray, np.ndar
     window_starts = np.pad(starts[first:first + size], (0, fill))
     window_lengths = np.pad(lengths[first:first + size], (0, fill))
     width = int(batching.bucket_width(window_lengths.max(), time_multiple))
-    yield Window(pipeline.make_batch(stream, window_starts, window_lengths, width),
+    yield Window(pipeline.split_batch(stream, window_starts, window_lengths, width),
                  window_starts)
 
 

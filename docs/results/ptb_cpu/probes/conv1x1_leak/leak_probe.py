@@ -64,8 +64,8 @@ def random_batches(data, split: str, batch_size: int):
   order = np.random.default_rng(SEED).permutation(len(starts))
   for first in range(0, len(order), batch_size):
     rows = order[first:first + batch_size]
-    yield pipeline.make_batch(data.split(split), starts[rows], lengths[rows],
-                              int(lengths[rows].max()))
+    yield pipeline.split_batch(data.split(split), starts[rows], lengths[rows],
+                               int(lengths[rows].max()))
 
 
 def main(workdir: str, table_row: str = "") -> dict:

@@ -28,7 +28,7 @@ batches = []
 for first in range(0, len(order), 32):
   rows = order[first:first + 32]
   width = max(35, int(lengths[rows].max()))
-  batches.append(pipeline.make_batch(split, starts[rows], lengths[rows], width))
+  batches.append(pipeline.split_batch(split, starts[rows], lengths[rows], width))
 result = {"checkpoint_step": model.step, "seed": seed, "batches": len(batches)}
 for statistics in batch_statistics.STATISTICS:
   scored = batch_statistics.perplexities(model, batches, statistics)
