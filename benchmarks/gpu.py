@@ -274,8 +274,8 @@ def torch_loss(torch, device: str, config, params: dict, batch: dict) -> float:
 
 
 def loss_check(torch, device: str, config, params: dict, batch: dict) -> dict:
-  """Both sides' float32 loss of one batch at the same parameters (the JAX step's after its
-  timed steps, so not an untrained model's near-uniform loss)."""
+  """Both sides' float32 loss of one batch at the same parameters: the JAX step's after its
+  timed steps, not its initial ones (the ids are random, so the loss stays near uniform)."""
   record = {"what": "loss of the first batch, dropout off, at the JAX step's parameters "
                     "after its timed steps", "jax": jax_loss(config, params, batch)}
   if torch is not None:
