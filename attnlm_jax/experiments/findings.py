@@ -25,8 +25,14 @@ RELEASED_ATTENTION_SCORES = ("single",)   # `released_attention` trains the sing
 
 def _values(runs: Sequence[dict], key: str) -> str:
   """The runs' perplexities under `key`'s rule, comma-separated ("n/a" where the standard
-  rule does not apply, `markdown.perplexity_cell`); "-" for none."""
-  return ", ".join(markdown.perplexity_cell(run, key) for run in runs) or "-"
+  rule does not apply, `markdown.perplexity_cell`), and with two or more numbers their spread
+  (max - min, unrounded): "73.8, 73.8 (spread 0.05)"; "-" for none."""
+  cells = [markdown.perplexity_cell(run, key) for run in runs]
+  text = ", ".join(cells) or "-"
+  if len(runs) > 1 and markdown.NOT_APPLICABLE not in cells and "-" not in cells:
+    values = [run[key] for run in runs]
+    text += f" (spread {max(values) - min(values):.2f})"
+  return text
 
 
 def _cell(rows: dict, names: Sequence[str], runs: Sequence[dict]) -> str:

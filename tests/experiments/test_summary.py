@@ -162,9 +162,11 @@ def test_the_findings_set_each_printed_row_beside_every_column_with_its_seeds():
   single = next(line for line in table.splitlines() if line.startswith("| `single`"))
   cells = [cell.strip() for cell in single.strip("|").split("|")]
   assert cells[1] == "70.1"                                  # the printed test number
-  assert cells[2] == "73.5, 72.1 / 94.0, 90.0"               # both seeds, both rules
-  # The released network never predicts a first word: no standard-rule number.
-  assert cells[3] == "70.7, 71.2 / n/a, n/a" and cells[4] == "running: epoch 3 of 23"
+  # Both seeds under both rules, each with its spread (max - min).
+  assert cells[2] == "73.5, 72.1 (spread 1.40) / 94.0, 90.0 (spread 4.00)"
+  # The released network never predicts a first word: no standard-rule number, no spread.
+  assert cells[3] == "70.7, 71.2 (spread 0.50) / n/a, n/a"
+  assert cells[4] == "running: epoch 3 of 23"
   assert cells[5] == "68.3 / 87.0"
   assert "paper's recipe here: misses (2 seeds)" in cells[6]
   assert "released network here: reproduces (2 seeds)" in cells[6]
